@@ -1,0 +1,15 @@
+"""Application configuration: wires system checks and signal receivers."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class AgentPersistenceConfig(AppConfig):
+    name = "agent_persistence"
+    verbose_name = _("Agent persistence")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks, receivers  # noqa: F401  (registers checks and receivers)

@@ -1,0 +1,177 @@
+"""System checks with stable ids for bad configuration.
+
+- E001: unknown key in AGENT_PERSISTENCE.
+- E002: an import string does not import.
+- E003: a number setting out of range.
+- E004: SQLite without IMMEDIATE transactions (concurrent writers would deadlock).
+- E005: the file storage alias is not in settings.STORAGES.
+- E006: AGENTS is not a dict of import strings, or one does not import.
+- W001: ENCRYPTION_KEYS is empty (MCP OAuth secrets cannot be stored).
+- E007: an ENCRYPTION_KEYS entry is not a valid Fernet key.
+- E008: DEAD_AFTER is not larger than HEARTBEAT_INTERVAL.
+- E009: a size limit above what the database backend can hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.db import connections
+from django.utils.module_loading import import_string
+
+from .conf import DEFAULTS, IMPORT_STRINGS, SETTING_NAME, app_settings
+
+POSITIVE_NUMBERS = (
+    "HEARTBEAT_INTERVAL",
+    "DEAD_AFTER",
+    "RECORDING_FLUSH_INTERVAL",
+    "CHECKPOINT_INTERVAL",
+    "MAX_RUN_TIME",
+    "REAPER_INTERVAL",
+    "MAX_FILE_BYTES",
+    "MAX_STATE_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "MAX_EVENT_BYTES",
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "SWEEP_BATCH_SIZE",
+)
+
+# The largest single value each backend stores in a JSON or blob column.
+BACKEND_VALUE_LIMITS = {
+    "postgresql": 255 * 1024 * 1024,  # jsonb values are capped at 256 MB
+    "sqlite": 1_000_000_000,  # SQLITE_MAX_LENGTH default
+}
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    errors: list[Any] = []
+    configured = getattr(settings, SETTING_NAME, {})
+    if not isinstance(configured, dict):
+        return [Error(f"{SETTING_NAME} must be a dict.", id="agent_persistence.E001")]
+    for key in app_settings.unknown_keys():
+        errors.append(
+            Error(
+                f"Unknown setting {SETTING_NAME}[{key!r}].",
+                hint="See docs/reference/settings.md for the keys there are.",
+                id="agent_persistence.E001",
+            )
+        )
+    for key in sorted(IMPORT_STRINGS):
+        value = app_settings.raw(key)
+        if isinstance(value, str):
+            try:
+                import_string(value)
+            except ImportError as exc:
+                errors.append(Error(f"{SETTING_NAME}[{key!r}] does not import: {exc}", id="agent_persistence.E002"))
+    errors.extend(_check_numbers())
+    errors.extend(_check_agents())
+    errors.extend(_check_storage())
+    errors.extend(_check_keys())
+    return errors
+
+
+def _check_numbers() -> list[Any]:
+    errors = []
+    for key in POSITIVE_NUMBERS:
+        value = app_settings.raw(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            errors.append(Error(f"{SETTING_NAME}[{key!r}] must be a positive number, not {value!r}.", id="agent_persistence.E003"))
+    if errors:
+        return errors
+    if app_settings.raw("DEAD_AFTER") <= app_settings.raw("HEARTBEAT_INTERVAL"):
+        errors.append(
+            Error(
+                f"{SETTING_NAME}['DEAD_AFTER'] must be larger than HEARTBEAT_INTERVAL, or live producers are judged dead.",
+                id="agent_persistence.E008",
+            )
+        )
+    if app_settings.raw("DEFAULT_PAGE_SIZE") > app_settings.raw("MAX_PAGE_SIZE"):
+        errors.append(Error(f"{SETTING_NAME}['DEFAULT_PAGE_SIZE'] must not exceed MAX_PAGE_SIZE.", id="agent_persistence.E003"))
+    return errors
+
+
+def _check_agents() -> list[Any]:
+    agents = app_settings.raw("AGENTS")
+    if not isinstance(agents, dict):
+        return [Error(f"{SETTING_NAME}['AGENTS'] must be a dict of name -> import path.", id="agent_persistence.E006")]
+    errors = []
+    for name, path in agents.items():
+        try:
+            import_string(path) if isinstance(path, str) else None
+        except ImportError as exc:
+            errors.append(Error(f"Agent {name!r} does not import: {exc}", id="agent_persistence.E006"))
+        if not isinstance(path, str):
+            errors.append(Error(f"Agent {name!r} must be an import path string.", id="agent_persistence.E006"))
+    return errors
+
+
+def _check_storage() -> list[Any]:
+    alias = app_settings.raw("FILE_STORAGE")
+    storages = getattr(settings, "STORAGES", {}) or {}
+    if alias not in storages:
+        return [
+            Error(
+                f"{SETTING_NAME}['FILE_STORAGE'] names {alias!r}, which is not in settings.STORAGES.",
+                id="agent_persistence.E005",
+            )
+        ]
+    return []
+
+
+def _check_keys() -> list[Any]:
+    from cryptography.fernet import Fernet
+
+    keys = app_settings.raw("ENCRYPTION_KEYS")
+    if isinstance(keys, str):
+        keys = [keys]
+    if not keys:
+        return [
+            Warning(
+                f"{SETTING_NAME}['ENCRYPTION_KEYS'] is empty: MCP OAuth tokens cannot be stored.",
+                hint="Generate a key with `python -m agent_persistence.keygen` and keep it out of source control.",
+                id="agent_persistence.W001",
+            )
+        ]
+    errors = []
+    for position, key in enumerate(keys):
+        try:
+            Fernet(key)
+        except (ValueError, TypeError):
+            errors.append(Error(f"{SETTING_NAME}['ENCRYPTION_KEYS'][{position}] is not a valid Fernet key.", id="agent_persistence.E007"))
+    return errors
+
+
+@register(Tags.database)
+def check_databases(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Any]:
+    errors: list[Any] = []
+    for alias in databases or []:
+        connection = connections[alias]
+        if connection.vendor == "sqlite":
+            mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+            if mode != "IMMEDIATE":
+                errors.append(
+                    Error(
+                        f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
+                        hint="Concurrent writers upgrade read locks and fail with 'database is locked'.",
+                        id="agent_persistence.E004",
+                    )
+                )
+        limit = BACKEND_VALUE_LIMITS.get(connection.vendor)
+        if limit is not None:
+            for key in ("MAX_FILE_BYTES", "MAX_STATE_BYTES", "MAX_MESSAGE_BYTES"):
+                value = app_settings.raw(key)
+                if isinstance(value, (int, float)) and value > limit and key != "MAX_FILE_BYTES":
+                    errors.append(
+                        Error(
+                            f"{SETTING_NAME}[{key!r}] = {value} is above what {connection.vendor} stores in one value ({limit}).",
+                            id="agent_persistence.E009",
+                        )
+                    )
+    return errors
+
+
+__all__ = ["DEFAULTS", "check_databases", "check_settings"]

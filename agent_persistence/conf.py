@@ -1,0 +1,130 @@
+"""The `AGENT_PERSISTENCE` settings object.
+
+Read settings as attributes of :data:`app_settings`::
+
+    from agent_persistence.conf import app_settings
+    app_settings.HEARTBEAT_INTERVAL
+
+Defaults live in :data:`DEFAULTS`; every key is documented in
+``docs/reference/settings.md``. Unknown keys are refused by the system check
+``agent_persistence.E001`` (and by attribute access, which raises
+``AttributeError``). Import strings are resolved lazily, on first use, and the
+object reloads itself when a test changes the setting (``setting_changed``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+SETTING_NAME = "AGENT_PERSISTENCE"
+
+MIB = 1024 * 1024
+
+DEFAULTS: dict[str, Any] = {
+    # Stores, each chosen by import path (swap one to change its backend).
+    "CONVERSATION_STORE": "agent_persistence.stores.conversations.ConversationStore",
+    "EVENT_STORE": "agent_persistence.stores.events.EventStore",
+    "LEASE_STORE": "agent_persistence.stores.leases.LeaseStore",
+    "FILE_STORE": "agent_persistence.stores.files.FileStore",
+    "TASK_STORE": "agent_persistence.stores.tasks.TaskStore",
+    # Agents: {"name": "dotted.path.AgentClass"}.
+    "AGENTS": {},
+    # Maps a request (or websocket scope) to a Scope(tenant, user).
+    "SCOPE_RESOLVER": "agent_persistence.scope.default_scope_resolver",
+    # Turn supervision, in seconds.
+    "HEARTBEAT_INTERVAL": 1.0,
+    "DEAD_AFTER": 3.0,
+    "RECORDING_FLUSH_INTERVAL": 0.5,
+    "CHECKPOINT_INTERVAL": 5.0,
+    "MAX_RUN_TIME": 3600.0,
+    "REAPER_ENABLED": False,
+    "REAPER_INTERVAL": 5.0,
+    # Identifies this server process in supervision rows; None: "<hostname>:<pid>".
+    "REPLICA_ID": None,
+    # Limits, in bytes / rows.
+    "MAX_FILE_BYTES": 25 * MIB,
+    "MAX_STATE_BYTES": 4 * MIB,
+    "MAX_MESSAGE_BYTES": 1 * MIB,
+    "MAX_EVENT_BYTES": 64 * 1024,
+    "DEFAULT_PAGE_SIZE": 100,
+    "MAX_PAGE_SIZE": 1000,
+    # Files: the storage alias (settings.STORAGES) and the folder inside it.
+    "FILE_STORAGE": "default",
+    "FILE_UPLOAD_TO": "agent_persistence/files/%Y/%m/%d/",
+    # Secrets at rest: Fernet keys, newest first (the first encrypts, all decrypt).
+    "ENCRYPTION_KEYS": [],
+    # Retention, in seconds (None keeps forever).
+    "EVENT_RETENTION": None,
+    "RECORDING_RETENTION": 24 * 3600.0,
+    "SWEEP_BATCH_SIZE": 500,
+}
+
+# Keys whose value is an import string, resolved on first access.
+IMPORT_STRINGS = frozenset(
+    {
+        "CONVERSATION_STORE",
+        "EVENT_STORE",
+        "LEASE_STORE",
+        "FILE_STORE",
+        "TASK_STORE",
+        "SCOPE_RESOLVER",
+    }
+)
+
+
+class AppSettings:
+    """Attribute access to ``settings.AGENT_PERSISTENCE`` merged over DEFAULTS."""
+
+    def __init__(self, defaults: dict[str, Any] | None = None) -> None:
+        self.defaults = defaults or DEFAULTS
+        self._cached: set[str] = set()
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        if not hasattr(self, "_user_settings"):
+            self._user_settings = getattr(settings, SETTING_NAME, {}) or {}
+        return self._user_settings
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(set(self.user_settings) - set(self.defaults))
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self.defaults:
+            raise AttributeError(f"Invalid {SETTING_NAME} setting: {name!r}")
+        value = self.user_settings.get(name, self.defaults[name])
+        if name in IMPORT_STRINGS and isinstance(value, str):
+            value = import_string(value)
+        self._cached.add(name)
+        setattr(self, name, value)
+        return value
+
+    def raw(self, name: str) -> Any:
+        """The configured value without resolving import strings."""
+        if name not in self.defaults:
+            raise AttributeError(f"Invalid {SETTING_NAME} setting: {name!r}")
+        return self.user_settings.get(name, self.defaults[name])
+
+    def reload(self) -> None:
+        for name in self._cached:
+            delattr(self, name)
+        self._cached.clear()
+        if hasattr(self, "_user_settings"):
+            delattr(self, "_user_settings")
+
+
+app_settings = AppSettings(DEFAULTS)
+
+
+def reload_app_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        app_settings.reload()
+        from .stores import reset_stores
+
+        reset_stores()
+
+
+setting_changed.connect(reload_app_settings)

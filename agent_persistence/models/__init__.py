@@ -1,0 +1,33 @@
+"""The data model, one module per aggregate, re-exported here."""
+
+from .conversations import Conversation, LastTurnStatus, Message, Role
+from .events import Event, Lease
+from .files import StoredFile
+from .oauth import McpClientInfo, McpIntegration
+from .runs import FINISHED_RUN_STATUSES, Interrupt, InterruptKind, InterruptStatus, Run, RunStatus
+from .tasks import Task, TaskStatus
+from .turns import AgentCheckpoint, StreamRecording, SupervisionStatus, TurnSupervision
+
+__all__ = [
+    "AgentCheckpoint",
+    "Conversation",
+    "Event",
+    "FINISHED_RUN_STATUSES",
+    "Interrupt",
+    "InterruptKind",
+    "InterruptStatus",
+    "LastTurnStatus",
+    "Lease",
+    "McpClientInfo",
+    "McpIntegration",
+    "Message",
+    "Role",
+    "Run",
+    "RunStatus",
+    "StoredFile",
+    "StreamRecording",
+    "SupervisionStatus",
+    "Task",
+    "TaskStatus",
+    "TurnSupervision",
+]

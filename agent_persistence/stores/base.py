@@ -1,0 +1,217 @@
+"""What every store shares: pages, async twins, input cleaning and conversation access.
+
+Stores are sync and open their own ``transaction.atomic()`` blocks; each async
+twin (``aget`` for ``get``) is a thin ``sync_to_async`` wrapper, as Django's
+own session backends do. Input is cleaned here before it reaches a column, so
+a bad value is a domain error (:class:`~agent_persistence.exceptions.Validation`,
+:class:`~agent_persistence.exceptions.StorageLimit`) and never a driver error.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Q
+
+from ..conf import app_settings
+from ..exceptions import ConversationNotOwned, NotFound, StorageLimit, Validation
+from ..models import Conversation
+from ..scope import Scope
+
+T = TypeVar("T")
+
+#: Marks an argument the caller did not pass (``None`` is a value: "clear it").
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET", "__bool__": lambda self: False})()
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing: ``has_more`` is ``offset + len(items) < total``."""
+
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+    has_more: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "has_more", self.offset + len(self.items) < self.total)
+
+
+def async_twin(name: str) -> Callable[..., Any]:
+    """An ``async`` method that runs the sync method ``name`` in Django's sync thread."""
+
+    async def twin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await sync_to_async(getattr(self, name))(*args, **kwargs)
+
+    twin.__name__ = f"a{name}"
+    twin.__doc__ = f"Async twin of :meth:`{name}`."
+    return twin
+
+
+# -- cleaning input ---------------------------------------------------------------------------
+
+
+def parse_id(value: Any, what: str = "id") -> uuid.UUID:
+    """A UUID from a UUID or its text; anything else is Validation(code="invalid_id")."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise Validation(f"{what} must be a UUID.", code="invalid_id", field=what)
+
+
+def lookup_id(value: Any, what: str = "conversation") -> uuid.UUID:
+    """A UUID to look up; a value that cannot be one names nothing, so it is NotFound."""
+    try:
+        return parse_id(value, what)
+    except Validation:
+        raise NotFound(f"No such {what}.") from None
+
+
+def _check_no_nul(value: Any, field_name: str) -> None:
+    # PostgreSQL refuses NUL in text and jsonb; refuse it on every backend alike.
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise Validation(f"{field_name} may not contain NUL characters.", field=field_name)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_no_nul(key, field_name)
+            _check_no_nul(item, field_name)
+    elif isinstance(value, list):
+        for item in value:
+            _check_no_nul(item, field_name)
+
+
+def clean_json(value: Any, field_name: str, *, max_bytes: int | None = None) -> Any:
+    """What ``json.loads(json.dumps(value))`` gives: dates become ISO text, tuples lists.
+
+    Values JSON cannot hold (NaN, sets, objects) are Validation; a value whose
+    JSON is larger than ``max_bytes`` is StorageLimit.
+    """
+    try:
+        text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise Validation(f"{field_name} is not JSON: {exc}.", field=field_name) from None
+    if max_bytes is not None and len(text.encode()) > max_bytes:
+        raise StorageLimit(f"{field_name} is larger than {max_bytes} bytes.", field=field_name, limit=max_bytes)
+    cleaned = json.loads(text)
+    _check_no_nul(cleaned, field_name)
+    return cleaned
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def clean_object(value: Any, field_name: str, *, max_bytes: int | None = None) -> dict[str, Any]:
+    """A JSON object (``None`` reads as ``{}``)."""
+    if value is None:
+        return {}
+    cleaned = clean_json(value, field_name, max_bytes=max_bytes)
+    if not isinstance(cleaned, dict):
+        raise Validation(f"{field_name} must be a JSON object.", field=field_name)
+    return cleaned
+
+
+def clean_text(value: Any, field_name: str, *, max_length: int, null: bool = False) -> str | None:
+    if value is None:
+        if null:
+            return None
+        raise Validation(f"{field_name} is required.", field=field_name)
+    if not isinstance(value, str):
+        raise Validation(f"{field_name} must be a string.", field=field_name)
+    if len(value) > max_length:
+        raise Validation(f"{field_name} is longer than {max_length} characters.", field=field_name)
+    _check_no_nul(value, field_name)
+    return value
+
+
+def clean_datetime(value: Any, field_name: str) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise Validation(f"{field_name} must be an ISO 8601 date and time.", field=field_name) from None
+    if not isinstance(value, datetime):
+        raise Validation(f"{field_name} must be a date and time.", field=field_name)
+    if value.tzinfo is None:
+        raise Validation(f"{field_name} must carry a time zone.", field=field_name)
+    return value
+
+
+def clean_paging(limit: Any, offset: Any) -> tuple[int, int]:
+    if limit is None:
+        limit = app_settings.DEFAULT_PAGE_SIZE
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= app_settings.MAX_PAGE_SIZE:
+        raise Validation(f"limit must be a whole number from 1 to {app_settings.MAX_PAGE_SIZE}.", field="limit")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise Validation("offset must be a whole number, 0 or more.", field="offset")
+    return limit, offset
+
+
+def clean_order(order: Any, default: str) -> str:
+    order = order or default
+    if order not in ("asc", "desc"):
+        raise Validation("order must be 'asc' or 'desc'.", field="order")
+    return order
+
+
+def check_scope(scope: Any) -> Scope:
+    if not isinstance(scope, Scope):
+        raise TypeError("Store calls take a Scope as their first argument.")
+    return scope
+
+
+# -- conversation access ----------------------------------------------------------------------
+
+
+def readable(scope: Scope) -> Q:
+    """The conversations ``scope`` may read: its own, and the shared ones of its tenant."""
+    return Q(tenant=scope.tenant) & (Q(owner=scope.user) | Q(shared=True))
+
+
+def readable_conversation(scope: Scope, conversation_id: Any) -> Conversation:
+    """The conversation if ``scope`` may read it; otherwise NotFound, whether or not it exists."""
+    check_scope(scope)
+    pk = lookup_id(conversation_id)
+    try:
+        return Conversation.objects.get(readable(scope), pk=pk)
+    except Conversation.DoesNotExist:
+        raise NotFound("No such conversation.") from None
+
+
+def writable_conversation(scope: Scope, conversation_id: Any, *, for_update: bool = False) -> Conversation:
+    """The conversation if ``scope`` owns it.
+
+    A reader of a shared conversation gets ConversationNotOwned (403); anyone
+    else NotFound (404). With ``for_update`` the row is locked until the
+    surrounding transaction ends (SQLite's IMMEDIATE transaction already holds
+    the database's write lock).
+    """
+    check_scope(scope)
+    pk = lookup_id(conversation_id)
+    queryset = Conversation.objects.filter(readable(scope), pk=pk)
+    if for_update:
+        queryset = queryset.select_for_update()
+    conversation = queryset.first()
+    if conversation is None:
+        raise NotFound("No such conversation.")
+    if conversation.owner != scope.user:
+        raise ConversationNotOwned()
+    return conversation
+
+
+def ids_of(values: Sequence[Any], what: str) -> list[uuid.UUID]:
+    return [lookup_id(value, what) for value in values]

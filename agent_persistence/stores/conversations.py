@@ -1,0 +1,5 @@
+"""Placeholder."""
+
+
+class ConversationStore:
+    pass
