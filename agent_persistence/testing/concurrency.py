@@ -12,7 +12,7 @@ import threading
 import traceback
 from typing import Any, Callable
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 
 def run_in_threads(count: int, target: Callable[[int], Any], *, timeout: float = 60.0) -> list[Any]:
@@ -40,11 +40,7 @@ def run_in_threads(count: int, target: Callable[[int], Any], *, timeout: float =
 
 
 def _process_main(target: Callable[[int], Any], index: int, barrier: Any, queue: Any) -> None:
-    # The forked child must not use the parent's sockets: drop them and connect anew.
-    for conn in connections.all(initialized_only=True):
-        conn.inc_thread_sharing()
-        conn.connection = None
-    close_old_connections()
+    # The parent closed its connections before forking, so the child opens its own.
     try:
         barrier.wait(60)
         queue.put((index, "ok", target(index)))
