@@ -215,3 +215,20 @@ def writable_conversation(scope: Scope, conversation_id: Any, *, for_update: boo
 
 def ids_of(values: Sequence[Any], what: str) -> list[uuid.UUID]:
     return [lookup_id(value, what) for value in values]
+
+
+#: The largest value a PositiveBigIntegerField holds on every backend.
+MAX_EPOCH = 2**63 - 1
+
+
+def clean_epoch(value: Any) -> int | None:
+    """A producer's lease epoch (a whole number, 0 or more), or None for "not a producer write".
+
+    Checked before it reaches a query, so a bad epoch is Validation rather than
+    a ValueError from the field or an overflow from the driver.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EPOCH:
+        raise Validation("epoch must be a whole number, 0 or more.", field="epoch")
+    return value
