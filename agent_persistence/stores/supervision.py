@@ -3,18 +3,127 @@
 The row is the conversation's mutex (a live RUNNING row refuses a second turn)
 and its ownership lease: every claim raises ``Conversation.epoch`` and writes
 the row at that epoch, and every producer write goes through :func:`fence`,
-which fails once a newer epoch holds the conversation.
+which fails once a newer epoch holds the conversation. Liveness is judged by
+the reader from the heartbeat's age; no "dead" status is ever stored.
+
+Lock order: the supervision row, then the conversation row. :func:`fence`
+locks only the supervision row, and a producer calls it before its write (which
+may lock the conversation, as message and event appends do), so claims take
+the two locks in that same order and never deadlock with a producer.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, NamedTuple
 
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ..exceptions import Fenced
-from ..models import SupervisionStatus, TurnSupervision
-from .base import lookup_id
+from ..conf import app_settings
+from ..exceptions import Busy, Conflict, Fenced, Gone, NotFound, Validation
+from ..models import Conversation, SupervisionStatus, TurnSupervision
+from ..scope import Scope
+from .base import async_twin, clean_datetime, clean_text, lookup_id, parse_id, readable_conversation, writable_conversation
+
+RUNNING = SupervisionStatus.RUNNING.value
+FINISHED_STATUSES = (SupervisionStatus.DONE.value, SupervisionStatus.ERRORED.value)
+
+#: Conversations per statement of a batched heartbeat (keeps the statement's parameters bounded).
+BATCH_CHUNK_SIZE = 500
+
+
+# -- what readers get -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnStatus:
+    """The state of a conversation's turn, judged at read time.
+
+    ``state`` is "idle" (no row), "alive" or "dead" (a running row whose
+    heartbeat is at most / more than ``DEAD_AFTER`` seconds old), "done" or
+    "errored". ``epoch`` is the row's epoch, or the conversation's when idle.
+    """
+
+    state: str
+    message_id: uuid.UUID | None = None
+    run_id: uuid.UUID | None = None
+    epoch: int = 0
+    replica: str = ""
+    heartbeat_age: float | None = None
+    heartbeat_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        """A producer holds the turn, alive or dead."""
+        return self.state in ("alive", "dead")
+
+
+class PreviousTurn(NamedTuple):
+    """The turn a claim replaced."""
+
+    message_id: uuid.UUID
+    run_id: uuid.UUID | None
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A won claim: the producer's ``epoch`` and what it replaced.
+
+    ``taken_over`` is true when the previous row was a dead running turn.
+    """
+
+    epoch: int
+    message_id: uuid.UUID
+    run_id: uuid.UUID | None
+    taken_over: bool
+    previous: PreviousTurn | None
+
+
+def heartbeat_age(row: TurnSupervision, now: datetime) -> float:
+    """Seconds since the row's heartbeat; a clock slightly ahead on another replica reads as 0."""
+    return max(0.0, (now - row.heartbeat_at).total_seconds())
+
+
+def is_dead(row: TurnSupervision, now: datetime) -> bool:
+    """A running row whose producer stopped heartbeating more than ``DEAD_AFTER`` seconds ago."""
+    return row.status == RUNNING and heartbeat_age(row, now) > app_settings.DEAD_AFTER
+
+
+def status_of(row: TurnSupervision | None, *, now: datetime | None = None, idle_epoch: int = 0) -> TurnStatus:
+    """The :class:`TurnStatus` a row stands for at ``now`` (the admin shows the same verdict)."""
+    if row is None:
+        return TurnStatus(state="idle", epoch=idle_epoch)
+    now = now or timezone.now()
+    if row.status == RUNNING:
+        state = "dead" if is_dead(row, now) else "alive"
+    else:
+        state = row.status
+    return TurnStatus(
+        state=state,
+        message_id=row.message_id,
+        run_id=row.run_id,
+        epoch=row.epoch,
+        replica=row.replica,
+        heartbeat_age=heartbeat_age(row, now),
+        heartbeat_at=row.heartbeat_at,
+    )
+
+
+def occupant_of(row: TurnSupervision, now: datetime) -> dict[str, Any]:
+    """The live turn a refused claim reports (the 409's details)."""
+    return {
+        "message_id": str(row.message_id),
+        "run_id": str(row.run_id) if row.run_id else None,
+        "heartbeat_age": round(heartbeat_age(row, now), 3),
+        "epoch": row.epoch,
+    }
+
+
+# -- fencing ----------------------------------------------------------------------------------
 
 
 def fence(conversation_id: Any, epoch: int) -> None:
@@ -28,7 +137,340 @@ def fence(conversation_id: Any, epoch: int) -> None:
     """
     pk = lookup_id(conversation_id)
     held = TurnSupervision.objects.filter(
-        conversation_id=pk, epoch=epoch, status=SupervisionStatus.RUNNING
+        conversation_id=pk, epoch=clean_epoch(epoch), status=SupervisionStatus.RUNNING
     ).update(heartbeat_at=timezone.now())
     if not held:
         raise Fenced(conversation_id=str(pk), epoch=epoch)
+
+
+def fence_many(entries: Iterable[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
+    """Stamp the heartbeat of every running ``(conversation_id, epoch)``; return the fenced ids.
+
+    One ``UPDATE ... RETURNING`` per :data:`BATCH_CHUNK_SIZE` pairs. Inside a
+    transaction the stamped rows stay locked until it commits, as with
+    :func:`fence`. A conversation is fenced when none of its pairs matched a
+    running row.
+    """
+    pairs = sorted({(parse_id(cid, "conversation_id"), clean_epoch(epoch)) for cid, epoch in entries})
+    now = clean_now(now)
+    stamped: set[uuid.UUID] = set()
+    for start in range(0, len(pairs), BATCH_CHUNK_SIZE):
+        stamped |= _stamp_heartbeats(pairs[start : start + BATCH_CHUNK_SIZE], now)
+    return {cid for cid, _ in pairs} - stamped
+
+
+def _stamp_heartbeats(pairs: list[tuple[uuid.UUID, int]], now: datetime) -> set[uuid.UUID]:
+    meta = TurnSupervision._meta
+    conversation_field = meta.get_field("conversation")
+    quote = connection.ops.quote_name
+    id_column, epoch_column = quote(conversation_field.column), quote(meta.get_field("epoch").column)
+    rows = ", ".join(["(%s, %s)"] * len(pairs))
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {quote(meta.get_field('heartbeat_at').column)} = %s "
+        f"WHERE {quote(meta.get_field('status').column)} = %s "
+        f"AND ({id_column}, {epoch_column}) IN (VALUES {rows}) "
+        f"RETURNING {id_column}"
+    )
+    params: list[Any] = [meta.get_field("heartbeat_at").get_db_prep_value(now, connection), RUNNING]
+    for cid, epoch in pairs:
+        params += [conversation_field.target_field.get_db_prep_value(cid, connection), epoch]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {as_uuid(value) for (value,) in cursor.fetchall()}
+
+
+def as_uuid(value: Any) -> uuid.UUID:
+    # SQLite hands back the 32-character hex text a UUIDField is stored as.
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+# -- cleaning ---------------------------------------------------------------------------------
+
+
+def clean_epoch(value: Any, field_name: str = "epoch", *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise Validation(f"{field_name} must be a whole number, {minimum} or more.", field=field_name)
+    return value
+
+
+def clean_now(value: Any) -> datetime:
+    return clean_datetime(value, "now") or timezone.now()
+
+
+def clean_status(value: Any, allowed: Iterable[str]) -> str:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise Validation(f"status must be one of {', '.join(allowed)}.", field="status")
+    return str(value)
+
+
+def clean_replica(value: Any) -> str:
+    return clean_text(value, "replica", max_length=255) or ""
+
+
+def clean_run_id(value: Any) -> uuid.UUID | None:
+    return None if value is None else parse_id(value, "run_id")
+
+
+class _Lost(Exception):
+    """Rolls back a compare-and-swap whose second write found the row changed."""
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+class SupervisionStore:
+    """The supervision row of each conversation: claims, heartbeats, terminal status."""
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, conversation_id: Any) -> TurnSupervision | None:
+        """The stored row, unscoped (for the runtime); None when there is none."""
+        return TurnSupervision.objects.filter(pk=lookup_id(conversation_id)).first()
+
+    def status(self, scope: Scope, conversation_id: Any, *, now: datetime | None = None) -> TurnStatus:
+        """The turn status a reader of the conversation sees; NotFound when it may not read it."""
+        conversation = readable_conversation(scope, conversation_id)
+        row = TurnSupervision.objects.filter(pk=conversation.pk).first()
+        return status_of(row, now=clean_now(now), idle_epoch=conversation.epoch)
+
+    def list_dead(self, *, now: datetime | None = None, limit: int = 100) -> list[TurnSupervision]:
+        """Running rows whose heartbeat is older than ``DEAD_AFTER``, oldest first (for the reaper)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise Validation("limit must be a whole number, 1 or more.", field="limit")
+        cutoff = clean_now(now) - timedelta(seconds=app_settings.DEAD_AFTER)
+        queryset = TurnSupervision.objects.filter(status=RUNNING, heartbeat_at__lt=cutoff)
+        return list(queryset.order_by("heartbeat_at", "pk")[:limit])
+
+    # -- claiming -----------------------------------------------------------------------------
+
+    def compare_and_swap(
+        self,
+        conversation_id: Any,
+        expected_epoch: int | None,
+        *,
+        status: str,
+        message_id: Any,
+        epoch: int,
+        run_id: Any = None,
+        replica: str = "",
+        heartbeat_at: datetime | None = None,
+    ) -> bool:
+        """Write the row iff it holds ``expected_epoch`` (None: iff there is no row).
+
+        ``epoch`` must also be greater than the conversation's epoch, which is
+        raised to it in the same transaction, so an epoch is never handed out
+        twice, even after the row was deleted. Returns whether it wrote;
+        NotFound when the conversation does not exist.
+        """
+        pk = lookup_id(conversation_id)
+        if expected_epoch is not None:
+            clean_epoch(expected_epoch, "expected_epoch", minimum=0)
+        values = {
+            "status": clean_status(status, SupervisionStatus.values),
+            "message_id": parse_id(message_id, "message_id"),
+            "run_id": clean_run_id(run_id),
+            "epoch": clean_epoch(epoch),
+            "replica": clean_replica(replica),
+            "heartbeat_at": clean_datetime(heartbeat_at, "heartbeat_at") or timezone.now(),
+            "claimed_at": timezone.now(),
+        }
+        try:
+            with transaction.atomic():
+                row, conversation = _lock_turn(pk, lambda: _lock_conversation(pk))
+                stored_epoch = row.epoch if row is not None else None
+                if stored_epoch != expected_epoch or epoch <= conversation.epoch:
+                    return False
+                _write_claim(conversation, row, values)
+        except _Lost:
+            return False
+        return True
+
+    def claim(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any,
+        run_id: Any = None,
+        replica: str = "",
+        now: datetime | None = None,
+    ) -> Claim:
+        """Start a turn: take the conversation at its next epoch, unless a live turn holds it.
+
+        Busy (409) carries the live occupant; NotFound / ConversationNotOwned
+        when ``scope`` may not write the conversation. A finished row, or a
+        running one whose producer is dead, is replaced.
+        """
+        now = clean_now(now)
+        values = {
+            "status": RUNNING,
+            "message_id": parse_id(message_id, "message_id"),
+            "run_id": clean_run_id(run_id),
+            "replica": clean_replica(replica),
+            "heartbeat_at": now,
+            "claimed_at": now,
+        }
+        pk = lookup_id(conversation_id)
+        with transaction.atomic():
+            row, conversation = _lock_turn(pk, lambda: writable_conversation(scope, pk, for_update=True))
+            if row is not None and row.status == RUNNING and not is_dead(row, now):
+                raise Busy(occupant=occupant_of(row, now))
+            return _take(conversation, row, values, now)
+
+    def claim_for_resume(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any,
+        replica: str = "",
+        now: datetime | None = None,
+    ) -> Claim:
+        """Take over the dead producer of turn ``message_id``, keeping its message and run.
+
+        Busy while that producer is alive; Gone (code "turn_not_resumable")
+        when the turn finished, another turn holds the conversation, or there
+        is no turn at all.
+        """
+        now = clean_now(now)
+        message_id = parse_id(message_id, "message_id")
+        replica = clean_replica(replica)
+        pk = lookup_id(conversation_id)
+        with transaction.atomic():
+            row, conversation = _lock_turn(pk, lambda: writable_conversation(scope, pk, for_update=True))
+            if row is None or row.message_id != message_id or row.status != RUNNING:
+                raise Gone("This turn is not running, so it cannot be resumed.", code="turn_not_resumable")
+            if not is_dead(row, now):
+                raise Busy(occupant=occupant_of(row, now))
+            values = {
+                "status": RUNNING,
+                "message_id": row.message_id,
+                "run_id": row.run_id,
+                "replica": replica,
+                "heartbeat_at": now,
+                "claimed_at": now,
+            }
+            return _take(conversation, row, values, now)
+
+    # -- the producer's writes ----------------------------------------------------------------
+
+    def heartbeat_many(self, entries: list[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
+        """Stamp every live turn of this process in one statement; return the fenced conversation ids.
+
+        ``entries`` are ``(conversation_id, epoch)`` pairs; a turn is fenced
+        when its row is no longer running at that epoch (taken over, released,
+        finished or deleted). Its producer must stop.
+        """
+        return fence_many(entries, now=now)
+
+    def finish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
+        """Write the terminal status (done | errored) iff the row still runs that epoch and message.
+
+        Returns whether it wrote; a turn is finished once, and a taken over or
+        released turn is not finished by its old producer.
+        """
+        updated = TurnSupervision.objects.filter(
+            pk=lookup_id(conversation_id),
+            epoch=clean_epoch(epoch),
+            message_id=parse_id(message_id, "message_id"),
+            status=RUNNING,
+        ).update(status=clean_status(status, FINISHED_STATUSES), heartbeat_at=timezone.now())
+        return bool(updated)
+
+    def delete(self, conversation_id: Any, *, message_id: Any, epoch: int) -> bool:
+        """Remove the row iff it still holds ``message_id`` at ``epoch``; returns whether it did."""
+        deleted, _ = TurnSupervision.objects.filter(
+            pk=lookup_id(conversation_id), message_id=parse_id(message_id, "message_id"), epoch=clean_epoch(epoch)
+        ).delete()
+        return bool(deleted)
+
+    # -- operators ----------------------------------------------------------------------------
+
+    def force_release(self, conversation_id: Any) -> bool:
+        """Operator action: mark a running turn errored and fence its producer.
+
+        The conversation's epoch is raised by one, so the next claim is a new
+        generation too. Returns False when no turn is running.
+        """
+        pk = lookup_id(conversation_id)
+        with transaction.atomic():
+            row, conversation = _lock_turn(pk, lambda: _lock_conversation(pk))
+            if row is None or row.status != RUNNING:
+                return False
+            released = TurnSupervision.objects.filter(pk=pk, epoch=row.epoch, status=RUNNING).update(
+                status=SupervisionStatus.ERRORED, heartbeat_at=timezone.now()
+            )
+            raised = Conversation.objects.filter(pk=pk, epoch=conversation.epoch).update(epoch=conversation.epoch + 1)
+            if not (released and raised):
+                raise _inconsistent()
+            return True
+
+    aread = async_twin("read")
+    astatus = async_twin("status")
+    alist_dead = async_twin("list_dead")
+    acompare_and_swap = async_twin("compare_and_swap")
+    aclaim = async_twin("claim")
+    aclaim_for_resume = async_twin("claim_for_resume")
+    aheartbeat_many = async_twin("heartbeat_many")
+    afinish = async_twin("finish")
+    adelete = async_twin("delete")
+    aforce_release = async_twin("force_release")
+
+
+# -- the claim's read-decide-write ------------------------------------------------------------
+
+
+def _lock_conversation(pk: uuid.UUID) -> Conversation:
+    conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+    if conversation is None:
+        raise NotFound("No such conversation.")
+    return conversation
+
+
+def _lock_turn(
+    pk: uuid.UUID, lock_conversation: Callable[[], Conversation]
+) -> tuple[TurnSupervision | None, Conversation]:
+    """Lock the supervision row (if any), then the conversation: the order fence() callers use.
+
+    Rows are inserted only under the conversation's lock, so a row that
+    appeared while this waited for it is read (and locked) once more.
+    """
+    row = TurnSupervision.objects.select_for_update().filter(pk=pk).first()
+    conversation = lock_conversation()
+    if row is None:
+        row = TurnSupervision.objects.select_for_update().filter(pk=pk).first()
+    return row, conversation
+
+
+def _take(conversation: Conversation, row: TurnSupervision | None, values: dict[str, Any], now: datetime) -> Claim:
+    """Write the claim at the conversation's next epoch; the caller checked the row may go."""
+    values = {**values, "epoch": conversation.epoch + 1}
+    previous = PreviousTurn(row.message_id, row.run_id, row.epoch) if row is not None else None
+    taken_over = row is not None and is_dead(row, now)
+    try:
+        _write_claim(conversation, row, values)
+    except _Lost:
+        # Both rows were read under their locks, so only a writer that ignores the locks gets here.
+        raise _inconsistent() from None
+    return Claim(values["epoch"], values["message_id"], values["run_id"], taken_over, previous)
+
+
+def _write_claim(conversation: Conversation, row: TurnSupervision | None, values: dict[str, Any]) -> None:
+    """Raise the conversation's epoch and write the row, each conditionally; _Lost rolls both back."""
+    with transaction.atomic():
+        raised = Conversation.objects.filter(pk=conversation.pk, epoch=conversation.epoch).update(epoch=values["epoch"])
+        if not raised:
+            raise _Lost()
+        if row is None:
+            try:
+                with transaction.atomic():
+                    TurnSupervision.objects.create(conversation_id=conversation.pk, **values)
+            except IntegrityError:
+                raise _Lost() from None
+        elif not TurnSupervision.objects.filter(pk=conversation.pk, epoch=row.epoch).update(**values):
+            raise _Lost()
+
+
+def _inconsistent() -> Conflict:
+    return Conflict("The conversation's turn changed while it was being claimed; try again.", code="claim_conflict")

@@ -1,0 +1,193 @@
+"""Stream recordings: the latest cumulative snapshot of each conversation's in-flight message.
+
+One record per conversation, overwritten in place by its producer (at most
+every ``RECORDING_FLUSH_INTERVAL`` seconds) and followed by readers on any
+replica. A write is one upsert statement, so a reader always sees a whole
+record, and it is refused when the stored record comes from a newer epoch.
+Every write is fenced: it runs in the transaction that proved, with
+:func:`~agent_persistence.stores.supervision.fence`, that its epoch still
+holds the conversation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..exceptions import Validation
+from ..models import StreamRecording, SupervisionStatus
+from ..scope import Scope
+from .base import async_twin, clean_datetime, clean_object, lookup_id, parse_id, readable_conversation
+from .supervision import BATCH_CHUNK_SIZE, as_uuid, clean_epoch, fence, fence_many
+
+RECORD_KEYS = frozenset({"conversation_id", "message_id", "index", "message", "epoch"})
+
+
+@dataclass(frozen=True)
+class RecordingWrite:
+    """One cleaned record, ready to be written."""
+
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    index: int
+    message: dict[str, Any]
+    epoch: int
+
+
+def clean_record(conversation_id: Any, *, message_id: Any, index: Any, message: Any, epoch: Any) -> RecordingWrite:
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise Validation("index must be a whole number, 0 or more.", field="index")
+    if not isinstance(message, dict):
+        raise Validation("message must be a JSON object.", field="message")
+    return RecordingWrite(
+        conversation_id=lookup_id(conversation_id),
+        message_id=parse_id(message_id, "message_id"),
+        index=index,
+        message=clean_object(message, "message", max_bytes=app_settings.MAX_MESSAGE_BYTES),
+        epoch=clean_epoch(epoch),
+    )
+
+
+def clean_batch(records: Any) -> list[RecordingWrite]:
+    """The batch's records, the last one per conversation (a newer flush replaces an older one)."""
+    if not isinstance(records, (list, tuple)):
+        raise Validation("records must be a list of records.", field="records")
+    latest: dict[uuid.UUID, RecordingWrite] = {}
+    for record in records:
+        if not isinstance(record, dict) or set(record) != RECORD_KEYS:
+            raise Validation(f"Each record must have exactly the keys {', '.join(sorted(RECORD_KEYS))}.", field="records")
+        cleaned = clean_record(**record)
+        latest[cleaned.conversation_id] = cleaned
+    return list(latest.values())
+
+
+def upsert(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
+    """Write each record unless a newer epoch's record is stored; return the ids written.
+
+    ``INSERT ... ON CONFLICT DO UPDATE ... WHERE epoch <= new epoch``: the
+    check and the write are one statement, atomic on both databases.
+    """
+    written: set[uuid.UUID] = set()
+    for start in range(0, len(records), BATCH_CHUNK_SIZE):
+        written |= _upsert_chunk(records[start : start + BATCH_CHUNK_SIZE], now)
+    return written
+
+
+def _upsert_chunk(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
+    meta = StreamRecording._meta
+    quote = connection.ops.quote_name
+    fields = [meta.get_field(name) for name in ("conversation", "message_id", "index", "message", "epoch", "updated_at")]
+    columns = [quote(field.column) for field in fields]
+    table, id_column, epoch_column = quote(meta.db_table), columns[0], columns[4]
+    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([placeholders] * len(records))} "
+        f"ON CONFLICT ({id_column}) DO UPDATE SET "
+        + ", ".join(f"{column} = excluded.{column}" for column in columns[1:])
+        + f" WHERE {table}.{epoch_column} <= excluded.{epoch_column} RETURNING {id_column}"
+    )
+    conversation_field = fields[0].target_field
+    params: list[Any] = []
+    for record in records:
+        params += [
+            conversation_field.get_db_prep_value(record.conversation_id, connection),
+            fields[1].get_db_prep_value(record.message_id, connection),
+            record.index,
+            fields[3].get_db_prep_value(record.message, connection),
+            record.epoch,
+            fields[5].get_db_prep_value(now, connection),
+        ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {as_uuid(value) for (value,) in cursor.fetchall()}
+
+
+class RecordingStore:
+    """The stream recording of each conversation."""
+
+    def put(self, conversation_id: Any, *, message_id: Any, index: int, message: dict[str, Any], epoch: int) -> bool:
+        """Overwrite the conversation's record, fenced by ``epoch``.
+
+        Raises Fenced (and writes nothing) when ``epoch`` no longer holds a
+        running turn of the conversation, so the producer stops. Returns False
+        (and writes nothing) when the stored record comes from a newer epoch.
+        """
+        record = clean_record(conversation_id, message_id=message_id, index=index, message=message, epoch=epoch)
+        with transaction.atomic():
+            fence(record.conversation_id, record.epoch)
+            return bool(upsert([record], timezone.now()))
+
+    def put_many(self, records: list[dict[str, Any]]) -> set[uuid.UUID]:
+        """Flush a process's records in one transaction; return the conversation ids NOT written.
+
+        Each record is a dict with exactly ``conversation_id``, ``message_id``,
+        ``index``, ``message`` and ``epoch``; of several for one conversation
+        the last is written. A fenced record, or one older than the stored
+        record, is reported instead of raised; an invalid one is Validation
+        and nothing is written.
+        """
+        cleaned = clean_batch(records)
+        if not cleaned:
+            return set()
+        now = timezone.now()
+        with transaction.atomic():
+            fenced = fence_many([(record.conversation_id, record.epoch) for record in cleaned], now=now)
+            allowed = [record for record in cleaned if record.conversation_id not in fenced]
+            written = upsert(allowed, now) if allowed else set()
+        return {record.conversation_id for record in cleaned} - written
+
+    def read(self, scope: Scope, conversation_id: Any) -> StreamRecording | None:
+        """The record, if ``scope`` may read the conversation (NotFound otherwise); None when absent."""
+        conversation = readable_conversation(scope, conversation_id)
+        return StreamRecording.objects.filter(pk=conversation.pk).first()
+
+    def read_unscoped(self, conversation_id: Any) -> StreamRecording | None:
+        """The record, for the runtime (a follower already checked access)."""
+        return StreamRecording.objects.filter(pk=lookup_id(conversation_id)).first()
+
+    def delete(self, conversation_id: Any, *, message_id: Any) -> bool:
+        """Remove the record iff it still belongs to ``message_id``; returns whether it did."""
+        deleted, _ = StreamRecording.objects.filter(
+            pk=lookup_id(conversation_id), message_id=parse_id(message_id, "message_id")
+        ).delete()
+        return bool(deleted)
+
+    def purge(self, *, finished_before: datetime | None = None, limit: int | None = None) -> int:
+        """Delete up to ``limit`` records of finished turns last written before ``finished_before``.
+
+        A record whose conversation has a running turn (alive or dead) stays.
+        Defaults: ``RECORDING_RETENTION`` seconds ago (None keeps every record)
+        and ``SWEEP_BATCH_SIZE``. Oldest first; returns how many were deleted.
+        """
+        if finished_before is None:
+            if app_settings.RECORDING_RETENTION is None:
+                return 0
+            finished_before = timezone.now() - timedelta(seconds=app_settings.RECORDING_RETENTION)
+        cutoff = clean_datetime(finished_before, "finished_before")
+        limit = app_settings.SWEEP_BATCH_SIZE if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise Validation("limit must be a whole number, 1 or more.", field="limit")
+        purgeable = Q(updated_at__lt=cutoff) & ~Q(conversation__supervision__status=SupervisionStatus.RUNNING)
+        batch = list(
+            StreamRecording.objects.filter(purgeable).order_by("updated_at", "pk").values_list("pk", flat=True)[:limit]
+        )
+        if not batch:
+            return 0
+        # The conditions are checked again by the DELETE: a record written since is kept.
+        deleted, _ = StreamRecording.objects.filter(purgeable, pk__in=batch).delete()
+        return deleted
+
+    aput = async_twin("put")
+    aput_many = async_twin("put_many")
+    aread = async_twin("read")
+    aread_unscoped = async_twin("read_unscoped")
+    adelete = async_twin("delete")
+    apurge = async_twin("purge")
+
