@@ -1,5 +1,361 @@
-"""Placeholder."""
+"""The file store: file records in the database, their content in a Django storage backend.
+
+A file belongs to a conversation (and, optionally, to one of its messages);
+whoever may read the conversation may read its files, only its owner may add
+or delete them. Content goes through the storage chosen by
+``AGENT_PERSISTENCE["FILE_STORAGE"]`` (the model's ``content`` field uses it),
+named after the record id, never after the client's file name.
+
+A save checks everything it can before it touches the storage, reads the
+content into a spool while counting it against ``MAX_FILE_BYTES``, writes the
+content, then inserts the record under the conversation's write lock. When the
+record cannot be written, the content is taken back out of the storage, so a
+failed save leaves nothing behind. Content of a deleted record (also one
+deleted with its conversation) is removed once the deletion commits, by the
+``post_delete`` receiver in :mod:`agent_persistence.receivers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from datetime import datetime
+from tempfile import SpooledTemporaryFile
+from typing import IO, Any
+
+from django.core.files.base import ContentFile, File
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from ..conf import MIB, app_settings
+from ..exceptions import NotFound, StorageLimit, Validation
+from ..models import Conversation, Message, StoredFile
+from ..scope import Scope
+from .base import (
+    Page,
+    async_twin,
+    check_scope,
+    clean_datetime,
+    clean_order,
+    clean_paging,
+    clean_text,
+    lookup_id,
+    readable,
+    readable_conversation,
+    writable_conversation,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+MAX_NAME_LENGTH = 255
+MAX_CONTENT_TYPE_LENGTH = 255
+READ_CHUNK_BYTES = 64 * 1024
+# Content up to this size is checked in memory; larger content spills to a temporary file.
+SPOOL_MEMORY_BYTES = 1 * MIB
+
+# RFC 6838 type/subtype, then optional RFC 9110 parameters (`; charset=utf-8`).
+_TOKEN = r"[A-Za-z0-9!#$%&'*+.^_`|~-]+"
+_CONTENT_TYPE = re.compile(
+    rf"{_TOKEN}/{_TOKEN}(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|\"(?:[^\"\\\x00-\x1f\x7f]|\\[^\x00-\x1f\x7f])*\"))*"
+)
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+Content = bytes | bytearray | memoryview | File | IO[bytes]
+
+
+# -- cleaning input ---------------------------------------------------------------------------
+
+
+def clean_file_name(name: Any) -> str:
+    """The base name of a client's file name: no folders, no control characters, 1..255 chars."""
+    if not isinstance(name, str):
+        raise Validation("name must be a string.", field="name")
+    # A browser may send a whole Windows or POSIX path; only its last part names the file.
+    base_name = re.split(r"[\\/]", name)[-1].strip()
+    if base_name in ("", ".", ".."):
+        raise Validation("name must name a file.", field="name")
+    if _CONTROL_CHARACTERS.search(base_name):
+        raise Validation("name may not contain control characters.", field="name")
+    if len(base_name) > MAX_NAME_LENGTH:
+        raise Validation(f"name is longer than {MAX_NAME_LENGTH} characters.", field="name")
+    return base_name
+
+
+def clean_content_type(content_type: Any) -> str:
+    """A media type such as ``text/plain; charset=utf-8``; ``None`` is the default."""
+    if content_type is None:
+        return DEFAULT_CONTENT_TYPE
+    if not isinstance(content_type, str):
+        raise Validation("content_type must be a string.", field="content_type")
+    if len(content_type) > MAX_CONTENT_TYPE_LENGTH or not _CONTENT_TYPE.fullmatch(content_type):
+        raise Validation("content_type must be a media type such as 'text/plain'.", field="content_type")
+    return content_type
+
+
+def clean_sweep_limit(limit: Any) -> int:
+    if limit is None:
+        return app_settings.SWEEP_BATCH_SIZE
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise Validation("limit must be a whole number, 1 or more.", field="limit")
+    return limit
+
+
+# -- reading content --------------------------------------------------------------------------
+
+
+def _refuse_size(size: int, limit: int) -> None:
+    if size > limit:
+        raise StorageLimit(f"The file is larger than {limit} bytes.", field="content", limit=limit)
+
+
+def _known_size(content: Any) -> int | None:
+    """The number of bytes a read will give, when the source can tell without reading."""
+    if isinstance(content, File):
+        try:
+            return int(content.size)
+        except (AttributeError, TypeError, ValueError, OSError):
+            return None
+    try:
+        if not content.seekable():
+            return None
+        here = content.tell()
+        end = content.seek(0, os.SEEK_END)
+        content.seek(here)
+        return end - here
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _rewind(content: File) -> None:
+    # A Django File is read from its start, as File.chunks() and the storages do.
+    try:
+        content.seek(0)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def spool_content(content: Any, limit: int) -> tuple[File, int]:
+    """The content as a File ready for the storage, and its size; StorageLimit past ``limit``.
+
+    Bytes are checked by length. A file or stream is checked by its size when
+    it can tell, then read in chunks that never go more than one byte past the
+    limit, so an endless stream costs at most ``limit + 1`` bytes.
+    """
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        data = bytes(content)
+        _refuse_size(len(data), limit)
+        return ContentFile(data), len(data)
+    if isinstance(content, str) or not hasattr(content, "read"):
+        raise Validation("content must be bytes or a binary file.", field="content")
+    known = _known_size(content)
+    if known is not None:
+        _refuse_size(known, limit)
+    if isinstance(content, File):
+        _rewind(content)
+    spool = SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)
+    try:
+        size = _copy_within_limit(content, spool, limit)
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+    return File(spool), size
+
+
+def _copy_within_limit(source: Any, target: IO[bytes], limit: int) -> int:
+    size = 0
+    while True:
+        chunk = source.read(min(READ_CHUNK_BYTES, limit + 1 - size))
+        if not chunk:
+            return size
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise Validation("content must be opened in binary mode.", field="content")
+        size += len(chunk)
+        _refuse_size(size, limit)
+        target.write(chunk)
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+def visible_files(scope: Scope) -> Any:
+    """The files of every conversation ``scope`` may read."""
+    return StoredFile.objects.filter(conversation__in=Conversation.objects.filter(readable(scope)))
 
 
 class FileStore:
-    pass
+    """Files of conversations: records through the ORM, content through Django's storage API."""
+
+    def save(
+        self,
+        scope: Scope,
+        *,
+        conversation_id: Any = None,
+        message_id: Any = None,
+        content: Content,
+        name: str,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+        agent: str | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> StoredFile:
+        """Store ``content`` as a file of the conversation (and message); the new record.
+
+        Everything is checked before the storage is touched; a save that fails
+        leaves neither a record nor content behind.
+        """
+        check_scope(scope)
+        name = clean_file_name(name)
+        content_type = clean_content_type(content_type)
+        agent = clean_text(agent, "agent", max_length=255, null=True)
+        expires_at = clean_datetime(expires_at, "expires_at")
+        conversation_pk, message_pk = self._target(scope, conversation_id, message_id)
+        data, size = spool_content(content, app_settings.MAX_FILE_BYTES)
+        record = StoredFile(
+            conversation_id=conversation_pk,
+            message_id=message_pk,
+            uploader=scope.user,
+            agent=agent,
+            name=name,
+            content_type=content_type,
+            size=size,
+            expires_at=expires_at,
+        )
+        try:
+            record.content.save(name, data, save=False)
+        finally:
+            data.close()
+        try:
+            self._insert(scope, record)
+        except IntegrityError:
+            # A deferred foreign key fails at commit: the conversation or message went away.
+            self._discard_content(record)
+            raise NotFound("No such conversation or message.") from None
+        except BaseException:
+            self._discard_content(record)
+            raise
+        return record
+
+    def get(self, scope: Scope, file_id: Any) -> StoredFile:
+        """The file's record, if ``scope`` may read its conversation; otherwise NotFound."""
+        check_scope(scope)
+        pk = lookup_id(file_id, "file")
+        try:
+            return visible_files(scope).get(pk=pk)
+        except StoredFile.DoesNotExist:
+            raise NotFound("No such file.") from None
+
+    def open(self, scope: Scope, file_id: Any) -> IO[bytes]:
+        """The file's content, opened for binary reading; the caller closes it."""
+        record = self.get(scope, file_id)
+        try:
+            return record.content.storage.open(record.content.name, "rb")
+        except FileNotFoundError:
+            logger.warning("The content of file %s is missing from its storage", record.pk)
+            raise NotFound("The content of this file is missing.", code="file_content_missing") from None
+
+    def read(self, scope: Scope, file_id: Any) -> bytes:
+        """The file's whole content."""
+        with self.open(scope, file_id) as stream:
+            return stream.read()
+
+    def list(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+        order: str = "asc",
+    ) -> Page[StoredFile]:
+        """The conversation's files, oldest first (``order="desc"``: newest first)."""
+        conversation = readable_conversation(scope, conversation_id)
+        limit, offset = clean_paging(limit, offset)
+        order = clean_order(order, "asc")
+        ordering = ("created_at", "id") if order == "asc" else ("-created_at", "-id")
+        files = StoredFile.objects.filter(conversation=conversation).order_by(*ordering)
+        return Page(items=list(files[offset : offset + limit]), total=files.count(), limit=limit, offset=offset)
+
+    def delete(self, scope: Scope, file_id: Any) -> None:
+        """Delete the file: its record now, its content once the deletion commits."""
+        with transaction.atomic():
+            record = self.get(scope, file_id)
+            writable_conversation(scope, record.conversation_id)
+            deleted, _ = StoredFile.objects.filter(pk=record.pk).delete()
+            if not deleted:
+                raise NotFound("No such file.")
+
+    def purge_expired(self, *, before: datetime | str | None = None, limit: int | None = None) -> int:
+        """Delete up to ``limit`` files whose ``expires_at`` is at or before ``before``.
+
+        Earliest expiry first; files without ``expires_at`` stay. Returns how
+        many were deleted. Several sweepers may run at once: on PostgreSQL each
+        claims rows the others have not locked; SQLite serializes them.
+        """
+        before = clean_datetime(before, "before") or timezone.now()
+        limit = clean_sweep_limit(limit)
+        with transaction.atomic():
+            expired = StoredFile.objects.filter(expires_at__lte=before).order_by("expires_at", "id")
+            if connection.features.has_select_for_update_skip_locked:
+                expired = expired.select_for_update(skip_locked=True)
+            claimed = list(expired.values_list("pk", flat=True)[:limit])
+            if not claimed:
+                return 0
+            _, deleted = StoredFile.objects.filter(pk__in=claimed).delete()
+            return deleted.get(StoredFile._meta.label, 0)
+
+    asave = async_twin("save")
+    aget = async_twin("get")
+    aopen = async_twin("open")
+    aread = async_twin("read")
+    alist = async_twin("list")
+    adelete = async_twin("delete")
+    apurge_expired = async_twin("purge_expired")
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _target(self, scope: Scope, conversation_id: Any, message_id: Any) -> tuple[uuid.UUID, uuid.UUID | None]:
+        """The (conversation, message) a new file goes to, if ``scope`` may write there."""
+        if message_id is None:
+            if conversation_id is None:
+                raise Validation("A file needs a conversation_id or a message_id.", field="conversation_id")
+            return writable_conversation(scope, conversation_id).pk, None
+        message = self._readable_message(scope, message_id)
+        if conversation_id is not None and lookup_id(conversation_id) != message.conversation_id:
+            raise NotFound("No such message in this conversation.")
+        writable_conversation(scope, message.conversation_id)
+        return message.conversation_id, message.pk
+
+    def _readable_message(self, scope: Scope, message_id: Any) -> Message:
+        pk = lookup_id(message_id, "message")
+        message = (
+            Message.objects.filter(pk=pk, conversation__in=Conversation.objects.filter(readable(scope)))
+            .only("id", "conversation_id")
+            .first()
+        )
+        if message is None:
+            raise NotFound("No such message.")
+        return message
+
+    def _insert(self, scope: Scope, record: StoredFile) -> None:
+        # The conversation's write lock keeps it (and, by this app's lock order, its
+        # messages) in place until the record commits; the checks are repeated under it
+        # because the content was written without holding it.
+        with transaction.atomic():
+            writable_conversation(scope, record.conversation_id, for_update=True)
+            if record.message_id is not None:
+                if not Message.objects.filter(pk=record.message_id, conversation_id=record.conversation_id).exists():
+                    raise NotFound("No such message.")
+            try:
+                with transaction.atomic():
+                    record.save(force_insert=True)
+            except IntegrityError:
+                raise NotFound("No such conversation or message.") from None
+
+    def _discard_content(self, record: StoredFile) -> None:
+        try:
+            record.content.storage.delete(record.content.name)
+        except OSError:
+            logger.warning("Could not take back the content of unsaved file %s", record.pk, exc_info=True)
