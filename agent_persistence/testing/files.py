@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.files.base import ContentFile, File
+from django.db import transaction
 from django.db.models.signals import post_delete
 from django.test import override_settings
 from django.utils import timezone
@@ -40,6 +42,8 @@ from ..models import Conversation, Message, StoredFile
 from ..scope import Scope
 from .concurrency import run_in_threads
 
+SAVE_RACE_ROUNDS = 4
+SAVE_RACE_SAVERS = 5
 PURGE_RACE_ROUNDS = 3
 PURGE_RACE_FILES = 24
 PURGE_RACE_SWEEPERS = 3
@@ -358,6 +362,31 @@ class FileStoreContract:
         with self.nothing_stored(), pytest.raises(NotFound):
             store.save(alice, conversation_id=conversation.pk, message_id=message.pk, content=stream, name="f")
 
+    @pytest.mark.django_db(transaction=True)
+    def test_saves_racing_a_conversation_delete_leave_nothing_behind(self, store: Any, alice: Scope) -> None:
+        """Saves either land before the delete (and go with it) or fail: no record, no orphaned content."""
+        names_before = self.stored_names()
+        for round_number in range(SAVE_RACE_ROUNDS):
+            conversation = self.conversation(alice)
+
+            def act(index: int) -> Any:
+                if index == SAVE_RACE_SAVERS:
+                    time.sleep(0.004 * round_number)  # let some saves in first in later rounds
+                    with transaction.atomic():
+                        # Lock the conversation first, as the conversation store's delete does.
+                        Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+                        Conversation.objects.filter(pk=conversation.pk).delete()
+                    return "deleted"
+                try:
+                    return store.save(alice, conversation_id=conversation.pk, content=b"x" * 2048, name=f"f{index}")
+                except NotFound:
+                    return None
+
+            results = run_in_threads(SAVE_RACE_SAVERS + 1, act)
+            assert not [r for r in results if isinstance(r, BaseException)], results
+            assert not StoredFile.objects.filter(conversation_id=conversation.pk).exists()
+            assert self.stored_names() == names_before
+
     # -- get, open, read ----------------------------------------------------------------------
 
     @pytest.mark.django_db
@@ -485,6 +514,16 @@ class FileStoreContract:
             if hasattr(self.storage, "path"):
                 assert not os.path.exists(self.storage.path(record.content.name))
         assert self.storage.exists(kept.content.name)
+
+    @pytest.mark.django_db(transaction=True)
+    def test_deleting_a_message_keeps_its_files(self, store: Any, alice: Scope) -> None:
+        conversation = self.conversation(alice)
+        message = self.message(conversation)
+        record = store.save(alice, message_id=message.pk, content=b"kept", name="f")
+        Message.objects.filter(pk=message.pk).delete()
+        kept = store.get(alice, record.pk)
+        assert (kept.conversation_id, kept.message_id) == (conversation.pk, None)
+        assert store.read(alice, record.pk) == b"kept"
 
     # -- purge_expired ------------------------------------------------------------------------
 
