@@ -1,0 +1,392 @@
+"""The run store: runs of the agent loop (one turn has one or more), their usage and outcome.
+
+A run is created insert-if-absent (:meth:`RunStore.create_or_resume`): a second
+call with the same id returns the stored row as it is, so a finished run is
+never resurrected. It moves running <-> interrupted while it lives and ends
+exactly once as completed, failed or aborted; every move is a conditional
+UPDATE with the open statuses in its filter and its row count checked, so of
+two concurrent finishers exactly one wins and the other gets
+Conflict("run_finished").
+
+Reads follow the conversation's read rule (owner, or anyone of the tenant
+when shared); writes are the owner's. A write that passes ``epoch`` is a
+producer write: it runs :func:`~agent_persistence.stores.supervision.fence`
+inside its transaction first and is refused (Fenced) once a newer epoch holds
+the conversation. ``epoch=None`` is an operator or API action and is not
+fenced. Locks are taken in the order the supervision store declares
+(supervision row, then conversation, then run or interrupt rows), so a claim
+and a producer write never wait on each other on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..exceptions import Conflict, ConversationNotOwned, NotFound, Validation
+from ..models import FINISHED_RUN_STATUSES, Conversation, Run, RunStatus
+from ..scope import Scope
+from .base import (
+    MAX_EPOCH,
+    Page,
+    async_twin,
+    check_scope,
+    clean_datetime,
+    clean_epoch,
+    clean_json,
+    clean_paging,
+    clean_text,
+    lookup_id,
+    parse_id,
+    readable,
+    readable_conversation,
+    writable_conversation,
+)
+from .supervision import fence
+
+#: A run in one of these may still change; the others are final.
+OPEN_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.INTERRUPTED)
+
+#: What :meth:`RunStore.abort_stuck` records when the operator gives no reason.
+STUCK_RUN_ERROR = {"message": "The run stopped making progress and was aborted.", "code": "run_stuck"}
+
+ERROR_KEYS = frozenset({"message", "code"})
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def run_not_found(what: str = "run") -> NotFound:
+    return NotFound(f"No such {what}.", code="run_not_found")
+
+
+def run_finished(run_id: uuid.UUID, status: str) -> Conflict:
+    return Conflict("The run has finished; it stays as it is.", code="run_finished", run_id=str(run_id), status=status)
+
+
+# -- cleaning input ---------------------------------------------------------------------------
+
+
+def clean_finished_status(value: Any) -> str:
+    if value not in FINISHED_RUN_STATUSES:
+        raise Validation("status must be completed, failed or aborted.", field="status")
+    return str(value)
+
+
+def clean_open_status(value: Any) -> str:
+    if value not in OPEN_RUN_STATUSES:
+        raise Validation("status must be running or interrupted.", field="status")
+    return str(value)
+
+
+def clean_error(value: Any) -> dict[str, str] | None:
+    """``{"message": str, "code": str}`` or None; anything else is Validation."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != ERROR_KEYS:
+        raise Validation('error must be an object with exactly "message" and "code".', field="error")
+    for key in ERROR_KEYS:
+        clean_text(value[key], f"error.{key}", max_length=app_settings.MAX_EVENT_BYTES)
+    return clean_json(value, "error", max_bytes=app_settings.MAX_EVENT_BYTES)
+
+
+def is_counter(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def clean_usage(value: Any) -> dict[str, int | float]:
+    """Named counters to add: ``{name: number}``, each finite and 0 or more."""
+    if not isinstance(value, dict):
+        raise Validation("usage must be an object of numbers.", field="usage")
+    for name, amount in value.items():
+        clean_text(name, "usage", max_length=255)
+        if not is_counter(amount) or not 0 <= amount <= MAX_EPOCH:
+            raise Validation(f"usage[{name!r}] must be a finite number, 0 or more.", field="usage")
+    return dict(value)
+
+
+def add_counters(stored: dict[str, Any], added: dict[str, int | float]) -> dict[str, Any]:
+    total = dict(stored)
+    for name, amount in added.items():
+        previous = total.get(name, 0)
+        if not is_counter(previous):
+            raise Conflict(f"The stored usage[{name!r}] is not a number.", code="usage_not_numeric", field="usage")
+        total[name] = previous + amount
+        if not is_counter(total[name]) or total[name] > MAX_EPOCH:
+            raise Validation(f"usage[{name!r}] would overflow.", field="usage")
+    return total
+
+
+def clean_run_id(value: Any, what: str = "run") -> uuid.UUID:
+    """The id of a run to look up: text that is no UUID names no run (NotFound)."""
+    try:
+        return lookup_id(value, what)
+    except NotFound:
+        raise run_not_found(what) from None
+
+
+# -- scoped lookups ---------------------------------------------------------------------------
+
+
+def visible_runs(scope: Scope) -> QuerySet[Run]:
+    """The runs of the conversations ``scope`` may read."""
+    check_scope(scope)
+    return Run.objects.filter(conversation__in=Conversation.objects.filter(readable(scope)))
+
+
+def readable_run(scope: Scope, run_id: Any) -> Run:
+    run = visible_runs(scope).filter(pk=clean_run_id(run_id)).first()
+    if run is None:
+        raise run_not_found()
+    return run
+
+
+def writable_run(scope: Scope, run_id: Any) -> Run:
+    """The run if ``scope`` owns its conversation; a reader of a shared one gets ConversationNotOwned."""
+    run = visible_runs(scope).select_related("conversation").filter(pk=clean_run_id(run_id)).first()
+    if run is None:
+        raise run_not_found()
+    if run.conversation.owner != scope.user:
+        raise ConversationNotOwned()
+    return run
+
+
+def guard(conversation_id: uuid.UUID, epoch: int | None) -> None:
+    """Fence a producer write (``epoch`` given); operator and API actions pass None."""
+    if epoch is not None:
+        fence(conversation_id, epoch)
+
+
+def producer_conversation(scope: Scope, conversation_id: Any, epoch: int | None) -> Conversation:
+    """The owner's conversation, fenced at ``epoch`` and then locked until the transaction ends.
+
+    The lock keeps the conversation from being deleted before an insert that
+    refers to it commits; it is taken after the fence, in the declared lock order.
+    """
+    conversation = writable_conversation(scope, conversation_id)
+    guard(conversation.pk, epoch)
+    locked = Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+    if locked is None:  # deleted between the two reads
+        raise NotFound("No such conversation.")
+    return locked
+
+
+def update_open_run(run: Run, **changes: Any) -> None:
+    """Write ``changes`` iff the run is still open; a finished run is Conflict("run_finished")."""
+    if not Run.objects.filter(pk=run.pk, status__in=OPEN_RUN_STATUSES).update(**changes):
+        raise run_finished(run.pk, current_status(run.pk))
+
+
+def current_status(run_id: uuid.UUID) -> str:
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status is None:  # deleted with its conversation meanwhile
+        raise run_not_found()
+    return status
+
+
+class RunStore:
+    """Runs of the agent loop: create-or-resume, status moves, usage, cancellation."""
+
+    # -- creating ---------------------------------------------------------------------------
+
+    def create_or_resume(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        id: Any,
+        message_id: Any,
+        name: str = "",
+        parent_id: Any = None,
+        epoch: int | None = None,
+    ) -> Run:
+        """The run ``id`` of the conversation, inserted as running if it does not exist yet.
+
+        A run that exists is returned unchanged, whatever the other arguments
+        say (a finished run stays finished). An id already used by a run of
+        another conversation is Conflict("run_id_taken").
+        """
+        run_id = parse_id(id, "id")
+        turn_id = parse_id(message_id, "message_id")
+        name = clean_text(name, "name", max_length=Run._meta.get_field("name").max_length) or ""
+        parent_pk = clean_run_id(parent_id, "parent run") if parent_id is not None else None
+        epoch = clean_epoch(epoch)
+        with transaction.atomic():
+            conversation = producer_conversation(scope, conversation_id, epoch)
+            existing = Run.objects.filter(pk=run_id).first()
+            if existing is not None:
+                return self._original(existing, conversation)
+            if parent_pk is not None and not Run.objects.filter(pk=parent_pk, conversation=conversation).exists():
+                raise run_not_found("parent run")
+            try:
+                with transaction.atomic():
+                    return Run.objects.create(
+                        id=run_id,
+                        conversation=conversation,
+                        message_id=turn_id,
+                        parent_id=parent_pk,
+                        name=name,
+                        status=RunStatus.RUNNING,
+                        epoch=epoch or 0,
+                    )
+            except IntegrityError:
+                # Another transaction inserted this id between our read and our insert.
+                existing = Run.objects.filter(pk=run_id).first()
+                if existing is None:
+                    raise Conflict("The run could not be stored; retry.", code="run_conflict") from None
+                return self._original(existing, conversation)
+
+    def _original(self, run: Run, conversation: Conversation) -> Run:
+        if run.conversation_id != conversation.pk:
+            raise Conflict("A run with this id belongs to another conversation.", code="run_id_taken")
+        return run
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get(self, scope: Scope, run_id: Any) -> Run:
+        return readable_run(scope, run_id)
+
+    def find_active_run(self, scope: Scope, conversation_id: Any) -> Run | None:
+        """The newest running run of the conversation (interrupted ones are parked, not active)."""
+        conversation = readable_conversation(scope, conversation_id)
+        return (
+            Run.objects.filter(conversation=conversation, status=RunStatus.RUNNING)
+            .order_by("-started_at", "-id")
+            .first()
+        )
+
+    def list(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Page[Run]:
+        """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's."""
+        limit, offset = clean_paging(limit, offset)
+        turn_id = parse_id(message_id, "message_id") if message_id is not None else None
+        conversation = readable_conversation(scope, conversation_id)
+        runs = Run.objects.filter(conversation=conversation).order_by("-started_at", "-id")
+        if turn_id is not None:
+            runs = runs.filter(message_id=turn_id)
+        return Page(items=list(runs[offset : offset + limit]), total=runs.count(), limit=limit, offset=offset)
+
+    def children(self, scope: Scope, run_id: Any) -> list[Run]:
+        """The run's child runs (subagents), oldest first."""
+        run = readable_run(scope, run_id)
+        return list(Run.objects.filter(parent=run).order_by("started_at", "id"))
+
+    def is_cancel_requested(self, run_id: Any) -> bool:
+        """Whether a stop was asked for the run: the producer's cheap poll (False for an unknown run)."""
+        return Run.objects.filter(pk=parse_id(run_id, "run_id"), cancel_requested=True).exists()
+
+    # -- producer writes --------------------------------------------------------------------
+
+    def add_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
+        """Add ``usage`` to the run's counters (a missing counter starts at 0); the sum of every call is kept."""
+        usage = clean_usage(usage)
+        epoch = clean_epoch(epoch)
+        with transaction.atomic():
+            run = writable_run(scope, run_id)
+            guard(run.conversation_id, epoch)
+            locked = Run.objects.select_for_update().get(pk=run.pk)
+            if locked.status not in OPEN_RUN_STATUSES:
+                raise run_finished(run.pk, locked.status)
+            update_open_run(run, usage=add_counters(locked.usage or {}, usage))
+        return Run.objects.get(pk=run.pk)
+
+    def set_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
+        """Move an open run between running and interrupted (a pause at an interrupt, a continuation)."""
+        status = clean_open_status(status)
+        epoch = clean_epoch(epoch)
+        with transaction.atomic():
+            run = writable_run(scope, run_id)
+            guard(run.conversation_id, epoch)
+            update_open_run(run, status=status)
+        return Run.objects.get(pk=run.pk)
+
+    def finish(
+        self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
+    ) -> Run:
+        """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished")."""
+        status = clean_finished_status(status)
+        error = clean_error(error)
+        epoch = clean_epoch(epoch)
+        with transaction.atomic():
+            run = writable_run(scope, run_id)
+            guard(run.conversation_id, epoch)
+            update_open_run(run, status=status, error=error, finished_at=timezone.now())
+        return Run.objects.get(pk=run.pk)
+
+    def mark_detached(
+        self, scope: Scope, run_id: Any, since: datetime | None = None, *, epoch: int | None = None
+    ) -> Run:
+        """Record that nobody follows the open run any more; the first ``since`` is kept."""
+        since = clean_datetime(since, "since") or timezone.now()
+        epoch = clean_epoch(epoch)
+        with transaction.atomic():
+            run = writable_run(scope, run_id)
+            guard(run.conversation_id, epoch)
+            marked = Run.objects.filter(pk=run.pk, status__in=OPEN_RUN_STATUSES, detached_since__isnull=True).update(
+                detached_since=since
+            )
+            if not marked:
+                status = current_status(run.pk)
+                if status not in OPEN_RUN_STATUSES:
+                    raise run_finished(run.pk, status)
+        return Run.objects.get(pk=run.pk)
+
+    def clear_detached(self, scope: Scope, run_id: Any, *, epoch: int | None = None) -> Run:
+        """Record that the open run is followed (or taken over) again."""
+        epoch = clean_epoch(epoch)
+        with transaction.atomic():
+            run = writable_run(scope, run_id)
+            guard(run.conversation_id, epoch)
+            update_open_run(run, detached_since=None)
+        return Run.objects.get(pk=run.pk)
+
+    # -- user and operator actions ----------------------------------------------------------
+
+    def request_cancel(self, scope: Scope, run_id: Any) -> Run:
+        """Ask the producer to stop the run (it polls :meth:`is_cancel_requested`).
+
+        Not fenced: a stop comes from a user or an operator on any process. A
+        run that already finished is returned unchanged, since there is nothing
+        left to stop.
+        """
+        with transaction.atomic():
+            run = writable_run(scope, run_id)
+            Run.objects.filter(pk=run.pk, status__in=OPEN_RUN_STATUSES).update(cancel_requested=True)
+        return Run.objects.get(pk=run.pk)
+
+    def abort_stuck(self, run_id: Any, *, error: dict[str, str] | None = None) -> bool:
+        """Operator or system action: abort an open run; False when it had already finished or is unknown."""
+        run_pk = parse_id(run_id, "run_id")
+        error = clean_error(error) or dict(STUCK_RUN_ERROR)
+        aborted = Run.objects.filter(pk=run_pk, status__in=OPEN_RUN_STATUSES).update(
+            status=RunStatus.ABORTED, error=error, finished_at=timezone.now()
+        )
+        return aborted == 1
+
+    acreate_or_resume = async_twin("create_or_resume")
+    aget = async_twin("get")
+    afind_active_run = async_twin("find_active_run")
+    alist = async_twin("list")
+    achildren = async_twin("children")
+    ais_cancel_requested = async_twin("is_cancel_requested")
+    aadd_usage = async_twin("add_usage")
+    aset_status = async_twin("set_status")
+    afinish = async_twin("finish")
+    amark_detached = async_twin("mark_detached")
+    aclear_detached = async_twin("clear_detached")
+    arequest_cancel = async_twin("request_cancel")
+    aabort_stuck = async_twin("abort_stuck")
