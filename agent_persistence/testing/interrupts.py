@@ -1,0 +1,527 @@
+"""The contract of an interrupt store: every rule of :class:`~agent_persistence.stores.interrupts.InterruptStore`.
+
+Subclass :class:`InterruptStoreContract` and override ``make_store()`` to run
+it against another backend. Conversations, runs and supervision claims are set
+up with the ORM, so the suite depends on no other store; races run in real
+threads on committed data.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from ..exceptions import Conflict, ConversationNotOwned, Fenced, Gone, NotFound, Validation
+from ..ids import uuid7
+from ..models import Conversation, Interrupt, Run, RunStatus
+from .concurrency import run_in_threads
+from .runs import OWNER, READER, STRANGER, claim, make_conversation
+
+
+def make_run(conversation: Conversation, *, status: str = RunStatus.RUNNING) -> Run:
+    finished_at = None if status in (RunStatus.RUNNING, RunStatus.INTERRUPTED) else timezone.now()
+    return Run.objects.create(conversation=conversation, message_id=uuid7(), status=status, finished_at=finished_at)
+
+
+def stored(interrupt_id: uuid.UUID) -> dict[str, Any]:
+    """The columns of the interrupt as the database holds them now."""
+    return Interrupt.objects.filter(pk=interrupt_id).values().get()
+
+
+def statuses(conversation: Conversation) -> dict[uuid.UUID, str]:
+    return dict(Interrupt.objects.filter(conversation=conversation).values_list("pk", "status"))
+
+
+class InterruptStoreContract:
+    """The behaviour every interrupt store must have, on every database it supports."""
+
+    RACE_ROUNDS = 6
+    RACE_THREADS = 8
+
+    def make_store(self) -> Any:
+        from ..stores.interrupts import InterruptStore
+
+        return InterruptStore()
+
+    @pytest.fixture
+    def store(self) -> Any:
+        return self.make_store()
+
+    def ask(self, store: Any, conversation: Conversation, run: Run | None = None, **options: Any) -> Interrupt:
+        """A new pending interrupt of ``run`` (a fresh run of the conversation when None)."""
+        run = run or make_run(conversation)
+        options.setdefault("kind", "tool_approval")
+        return store.create(OWNER, conversation.pk, id=options.pop("id", uuid7()), run_id=run.pk, **options)
+
+    # -- create -----------------------------------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_create_inserts_a_pending_interrupt(self, store: Any) -> None:
+        conversation = make_conversation()
+        claim(conversation, 4)
+        run = make_run(conversation)
+        interrupt_id = uuid7()
+        expires_at = timezone.now() + timedelta(hours=1)
+        payload = {"tool": "delete_file", "args": {"path": "/tmp/x"}, "when": "2024-01-01"}
+        interrupt = store.create(
+            OWNER, conversation.pk, id=interrupt_id, run_id=run.pk, kind="tool_approval",
+            payload=payload, expires_at=expires_at, epoch=4,
+        )
+        assert interrupt.pk == interrupt_id
+        row = stored(interrupt_id)
+        assert (row["run_id"], row["conversation_id"], row["kind"], row["status"]) == (
+            run.pk, conversation.pk, "tool_approval", "pending"
+        )
+        assert row["payload"] == payload and row["expires_at"] == expires_at and row["epoch"] == 4
+        assert row["response"] is None and row["resolved_at"] is None and row["resolved_by"] is None
+        plain = store.create(OWNER, str(conversation.pk), id=str(uuid7()), run_id=str(run.pk), kind="generic")
+        assert plain.payload == {} and plain.expires_at is None and plain.epoch == 0
+
+    @pytest.mark.django_db
+    def test_a_second_create_returns_the_original(self, store: Any) -> None:
+        conversation = make_conversation()
+        first = self.ask(store, conversation, payload={"n": 1})
+        again = store.create(
+            OWNER, conversation.pk, id=first.pk, run_id=make_run(conversation).pk, kind="generic", payload={"n": 2}
+        )
+        assert (again.run_id, again.kind, again.payload) == (first.run_id, "tool_approval", {"n": 1})
+        store.commit_batch(OWNER, conversation.pk, [{"id": first.pk, "response": True}])
+        resolved = store.create(OWNER, conversation.pk, id=first.pk, run_id=first.run_id, kind="generic")
+        assert resolved.status == "resolved"
+        assert Interrupt.objects.count() == 1
+
+    @pytest.mark.django_db
+    def test_create_checks_the_run_and_the_id(self, store: Any) -> None:
+        conversation, other = make_conversation(), make_conversation()
+        with pytest.raises(NotFound) as caught:
+            self.ask(store, conversation, make_run(other))
+        assert caught.value.code == "run_not_found"
+        with pytest.raises(NotFound):
+            store.create(OWNER, conversation.pk, id=uuid7(), run_id=uuid7(), kind="generic")
+        for status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED):
+            with pytest.raises(Conflict) as caught:
+                self.ask(store, conversation, make_run(conversation, status=status))
+            assert caught.value.code == "run_finished"
+        assert self.ask(store, conversation, make_run(conversation, status=RunStatus.INTERRUPTED)).status == "pending"
+        theirs = self.ask(store, other)
+        with pytest.raises(Conflict) as caught:
+            self.ask(store, conversation, id=theirs.pk)
+        assert caught.value.code == "interrupt_id_taken"
+        assert Interrupt.objects.count() == 2
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            {"kind": "approval"},
+            {"kind": None},
+            {"id": "nope"},
+            {"run_id": 7},
+            {"payload": [1, 2]},
+            {"payload": "text"},
+            {"payload": {"x": "nul\x00"}},
+            {"payload": {"x": float("nan")}},
+            {"expires_at": "tomorrow"},
+            {"expires_at": "2030-01-01T00:00:00"},
+            {"epoch": -2},
+        ],
+    )
+    def test_bad_input_is_validation_and_writes_nothing(self, store: Any, bad: dict[str, Any]) -> None:
+        conversation = make_conversation()
+        arguments = {"id": uuid7(), "run_id": make_run(conversation).pk, "kind": "generic", **bad}
+        with pytest.raises(Validation):
+            store.create(OWNER, conversation.pk, **arguments)
+        assert not Interrupt.objects.exists()
+
+    @pytest.mark.django_db
+    def test_only_the_owner_creates_interrupts(self, store: Any) -> None:
+        shared = make_conversation(shared=True)
+        run = make_run(shared)
+        with pytest.raises(ConversationNotOwned):
+            store.create(READER, shared.pk, id=uuid7(), run_id=run.pk, kind="generic")
+        with pytest.raises(NotFound):
+            store.create(STRANGER, shared.pk, id=uuid7(), run_id=run.pk, kind="generic")
+        assert not Interrupt.objects.exists()
+
+    @pytest.mark.django_db
+    def test_create_with_a_stale_epoch_is_fenced_and_writes_nothing(self, store: Any) -> None:
+        conversation = make_conversation()
+        run = make_run(conversation)
+        claim(conversation, 2)
+        with pytest.raises(Fenced):
+            self.ask(store, conversation, run, epoch=1)
+        assert not Interrupt.objects.exists()
+        assert self.ask(store, conversation, run, epoch=2).epoch == 2
+
+    @pytest.mark.django_db(transaction=True)
+    def test_concurrent_creates_of_one_id_insert_one_row_and_agree(self, store: Any) -> None:
+        conversation = make_conversation()
+        runs = [make_run(conversation) for _ in range(self.RACE_THREADS)]
+        for _ in range(self.RACE_ROUNDS):
+            interrupt_id = uuid7()
+
+            def create(index: int) -> tuple[uuid.UUID, uuid.UUID]:
+                interrupt = store.create(
+                    OWNER, conversation.pk, id=interrupt_id, run_id=runs[index].pk, kind="generic", payload={"i": index}
+                )
+                return interrupt.pk, interrupt.run_id
+
+            outcomes = run_in_threads(self.RACE_THREADS, create)
+            assert len(set(outcomes)) == 1, outcomes
+            assert stored(interrupt_id)["run_id"] == outcomes[0][1]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_claim_racing_producer_creates_fences_them_without_deadlock(self, store: Any) -> None:
+        for _ in range(self.RACE_ROUNDS):
+            conversation = make_conversation()
+            run = make_run(conversation)
+            claim(conversation, 1)
+
+            def create_or_claim(index: int) -> int:
+                if index == 0:
+                    claim(conversation, 2)
+                    return 0
+                created = 0
+                for _ in range(3):
+                    try:
+                        self.ask(store, conversation, run, epoch=1)
+                    except Fenced:
+                        break
+                    created += 1
+                return created
+
+            outcomes = run_in_threads(self.RACE_THREADS, create_or_claim)
+            assert all(isinstance(o, int) for o in outcomes), outcomes  # no deadlock, no driver error
+            assert Interrupt.objects.filter(conversation=conversation).count() == sum(outcomes)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_reads_follow_the_conversation_read_rule_and_order(self, store: Any) -> None:
+        conversation, private = make_conversation(shared=True), make_conversation()
+        first_run, second_run = make_run(conversation), make_run(conversation)
+        asked = [self.ask(store, conversation, run) for run in (first_run, second_run, first_run)]
+        now = timezone.now()
+        for offset, interrupt in zip((2, 0, 1), asked):
+            Interrupt.objects.filter(pk=interrupt.pk).update(requested_at=now + timedelta(seconds=offset))
+        hidden = self.ask(store, private)
+        assert [i.pk for i in store.list(READER, conversation.pk)] == [asked[1].pk, asked[2].pk, asked[0].pk]
+        assert [i.pk for i in store.list(OWNER, conversation.pk, run_id=first_run.pk)] == [asked[2].pk, asked[0].pk]
+        assert [i.pk for i in store.pending(READER, conversation.pk)] == [asked[1].pk, asked[2].pk, asked[0].pk]
+        assert store.get(READER, asked[0].pk).pk == asked[0].pk
+        for scope, interrupt_id in ((READER, hidden.pk), (STRANGER, asked[0].pk), (OWNER, uuid7()), (OWNER, "x")):
+            with pytest.raises(NotFound) as caught:
+                store.get(scope, interrupt_id)
+            assert caught.value.code == "interrupt_not_found"
+        with pytest.raises(NotFound):
+            store.list(READER, private.pk)
+        with pytest.raises(NotFound):
+            store.pending(STRANGER, conversation.pk)
+        with pytest.raises(Validation):
+            store.list(OWNER, conversation.pk, status="open")
+        with pytest.raises(Validation):
+            store.list(OWNER, conversation.pk, run_id="x")
+
+    @pytest.mark.django_db
+    def test_pending_and_has_pending_follow_the_commits(self, store: Any) -> None:
+        conversation = make_conversation()
+        assert store.has_pending(conversation.pk) is False and store.pending(OWNER, conversation.pk) == []
+        first, second = self.ask(store, conversation), self.ask(store, conversation)
+        assert store.has_pending(str(conversation.pk)) is True
+        store.commit_batch(OWNER, conversation.pk, [{"id": first.pk, "response": 1}, {"id": second.pk, "response": 2}])
+        assert store.has_pending(conversation.pk) is False and store.pending(OWNER, conversation.pk) == []
+        assert [i.status for i in store.list(OWNER, conversation.pk, status="resolved")] == ["resolved", "resolved"]
+        assert store.has_pending(uuid7()) is False
+
+    # -- commit_batch -----------------------------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_commit_batch_resolves_every_pending_interrupt_at_once(self, store: Any) -> None:
+        conversation = make_conversation()
+        first, second = self.ask(store, conversation), self.ask(store, conversation, kind="client_tool")
+        now = timezone.now()
+        answers = [{"id": str(second.pk), "response": {"result": [1, "two"]}}, {"id": first.pk, "response": False}]
+        outcome = store.commit_batch(OWNER, conversation.pk, answers, now=now)
+        assert [i.pk for i in outcome] == [second.pk, first.pk]
+        assert [i.response for i in outcome] == [{"result": [1, "two"]}, False]
+        for interrupt in outcome:
+            row = stored(interrupt.pk)
+            assert row["status"] == "resolved" and row["resolved_at"] == now and row["resolved_by"] == OWNER.user
+        third = self.ask(store, conversation)
+        assert store.commit_batch(OWNER, conversation.pk, [{"id": third.pk, "response": None}], resolved_by="ops")[
+            0
+        ].resolved_by == "ops"
+        assert stored(third.pk)["status"] == "resolved" and stored(third.pk)["response"] is None
+        assert store.commit_batch(OWNER, make_conversation().pk, []) == []
+
+    @pytest.mark.django_db
+    def test_a_batch_leaving_a_pending_interrupt_unanswered_writes_nothing(self, store: Any) -> None:
+        conversation = make_conversation()
+        first, second, third = (self.ask(store, conversation) for _ in range(3))
+        with pytest.raises(Validation) as caught:
+            store.commit_batch(OWNER, conversation.pk, [{"id": second.pk, "response": "yes"}])
+        assert caught.value.code == "unanswered_interrupts"
+        assert caught.value.details["ids"] == [str(first.pk), str(third.pk)]
+        with pytest.raises(Validation) as caught:
+            store.commit_batch(OWNER, conversation.pk, [])
+        assert caught.value.code == "unanswered_interrupts"
+        assert set(statuses(conversation).values()) == {"pending"}
+
+    @pytest.mark.django_db
+    def test_a_batch_naming_an_unknown_interrupt_writes_nothing(self, store: Any) -> None:
+        conversation, other = make_conversation(), make_conversation()
+        mine, theirs = self.ask(store, conversation), self.ask(store, other)
+        for unknown in (uuid7(), theirs.pk, "not-an-id", None):
+            with pytest.raises(NotFound) as caught:
+                store.commit_batch(
+                    OWNER, conversation.pk, [{"id": mine.pk, "response": 1}, {"id": unknown, "response": 2}]
+                )
+            assert caught.value.code == "interrupt_not_found"
+        assert stored(mine.pk)["status"] == "pending" and stored(theirs.pk)["status"] == "pending"
+
+    @pytest.mark.django_db
+    def test_a_batch_answering_one_interrupt_twice_writes_nothing(self, store: Any) -> None:
+        conversation = make_conversation()
+        first, second = self.ask(store, conversation), self.ask(store, conversation)
+        answers = [
+            {"id": first.pk, "response": 1},
+            {"id": second.pk, "response": 2},
+            {"id": str(first.pk), "response": 1},
+        ]
+        with pytest.raises(Validation) as caught:
+            store.commit_batch(OWNER, conversation.pk, answers)
+        assert caught.value.code == "duplicate_answer"
+        assert set(statuses(conversation).values()) == {"pending"}
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(
+        "answers",
+        [
+            "yes",
+            None,
+            [None],
+            [{"id": "ID"}],
+            [{"id": "ID", "response": 1, "approved": True}],
+            [{"id": "ID", "response": float("nan")}],
+            [{"id": "ID", "response": "nul\x00"}],
+        ],
+    )
+    def test_a_malformed_batch_is_validation(self, store: Any, answers: Any) -> None:
+        conversation = make_conversation()
+        interrupt = self.ask(store, conversation)
+        if isinstance(answers, list):
+            answers = [
+                {k: (str(interrupt.pk) if v == "ID" else v) for k, v in a.items()} if isinstance(a, dict) else a
+                for a in answers
+            ]
+        with pytest.raises(Validation):
+            store.commit_batch(OWNER, conversation.pk, answers)
+        assert stored(interrupt.pk)["status"] == "pending"
+
+    @pytest.mark.django_db
+    def test_a_repeated_identical_answer_returns_the_first_outcome(self, store: Any) -> None:
+        conversation = make_conversation()
+        interrupt = self.ask(store, conversation)
+        response = {"approved": True, "note": "go", "scores": [1, 2.5]}
+        first = store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": response}])[0]
+        later = timezone.now() + timedelta(minutes=1)
+        same = {"scores": [1.0, 2.5], "note": "go", "approved": True}  # the same JSON value, keys reordered
+        again = store.commit_batch(
+            OWNER, conversation.pk, [{"id": interrupt.pk, "response": same}], resolved_by="someone", now=later
+        )[0]
+        assert (again.response, again.resolved_at, again.resolved_by) == (response, first.resolved_at, OWNER.user)
+        assert stored(interrupt.pk)["resolved_at"] == first.resolved_at
+
+    @pytest.mark.django_db
+    def test_a_different_answer_to_an_answered_interrupt_is_a_conflict(self, store: Any) -> None:
+        conversation = make_conversation()
+        interrupt = self.ask(store, conversation)
+        store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": {"approved": True}}])
+        for different in ({"approved": False}, {"approved": 1}, {"approved": True, "x": None}, [True], None):
+            with pytest.raises(Conflict) as caught:
+                store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": different}])
+            assert caught.value.code == "already_answered"
+        assert stored(interrupt.pk)["response"] == {"approved": True}
+
+    @pytest.mark.django_db
+    def test_a_batch_may_repeat_old_answers_beside_new_ones(self, store: Any) -> None:
+        conversation = make_conversation()
+        old = self.ask(store, conversation)
+        store.commit_batch(OWNER, conversation.pk, [{"id": old.pk, "response": "yes"}])
+        new = self.ask(store, conversation)
+        outcome = store.commit_batch(
+            OWNER, conversation.pk, [{"id": old.pk, "response": "yes"}, {"id": new.pk, "response": "no"}]
+        )
+        assert [(i.status, i.response) for i in outcome] == [("resolved", "yes"), ("resolved", "no")]
+        with pytest.raises(Conflict):  # one changed answer refuses the whole batch
+            store.commit_batch(
+                OWNER, conversation.pk, [{"id": old.pk, "response": "no"}, {"id": new.pk, "response": "no"}]
+            )
+
+    @pytest.mark.django_db
+    def test_a_lapsed_interrupt_is_gone_and_the_batch_writes_nothing(self, store: Any) -> None:
+        conversation = make_conversation()
+        now = timezone.now()
+        live = self.ask(store, conversation, expires_at=now + timedelta(minutes=5))
+        lapsed = self.ask(store, conversation, expires_at=now - timedelta(seconds=1))
+        answers = [{"id": live.pk, "response": 1}, {"id": lapsed.pk, "response": 2}]
+        with pytest.raises(Gone) as caught:
+            store.commit_batch(OWNER, conversation.pk, answers, now=now)
+        assert caught.value.code == "interrupt_expired"
+        with pytest.raises(Gone):  # expires_at == now has lapsed too
+            store.commit_batch(OWNER, conversation.pk, answers, now=live.expires_at)
+        assert set(statuses(conversation).values()) == {"pending"}
+        store.expire_lapsed(now=now)
+        with pytest.raises(Gone):  # and stays gone once the sweep cancelled it
+            store.commit_batch(OWNER, conversation.pk, answers, now=now)
+        assert store.commit_batch(OWNER, conversation.pk, answers[:1], now=now)[0].status == "resolved"
+
+    @pytest.mark.django_db
+    def test_answering_a_cancelled_interrupt_is_a_conflict(self, store: Any) -> None:
+        conversation = make_conversation()
+        interrupt = self.ask(store, conversation)
+        store.cancel_pending(OWNER, conversation.pk)
+        with pytest.raises(Conflict) as caught:
+            store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": 1}])
+        assert caught.value.code == "interrupt_cancelled"
+        assert stored(interrupt.pk)["status"] == "cancelled"
+
+    @pytest.mark.django_db
+    def test_only_the_owner_answers(self, store: Any) -> None:
+        shared = make_conversation(shared=True)
+        interrupt = self.ask(store, shared)
+        answers = [{"id": interrupt.pk, "response": 1}]
+        with pytest.raises(ConversationNotOwned):
+            store.commit_batch(READER, shared.pk, answers)
+        with pytest.raises(NotFound):
+            store.commit_batch(STRANGER, shared.pk, answers)
+        with pytest.raises(Validation):
+            store.commit_batch(OWNER, shared.pk, answers, now="later")
+        assert stored(interrupt.pk)["status"] == "pending"
+
+    @pytest.mark.django_db(transaction=True)
+    def test_concurrent_identical_batches_write_once_and_agree(self, store: Any) -> None:
+        for _ in range(self.RACE_ROUNDS):
+            conversation = make_conversation()
+            asked = [self.ask(store, conversation) for _ in range(3)]
+            answers = [{"id": i.pk, "response": {"approved": n % 2 == 0}} for n, i in enumerate(asked)]
+
+            def answer(index: int) -> list[tuple[str, Any]]:
+                outcome = store.commit_batch(OWNER, conversation.pk, answers, resolved_by=f"tab{index}")
+                return [(i.resolved_by, i.resolved_at) for i in outcome]
+
+            outcomes = run_in_threads(self.RACE_THREADS, answer)
+            assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+            # One writer: every caller sees the same first outcome, the one stored.
+            assert len({tuple(o) for o in outcomes}) == 1
+            rows = [stored(i.pk) for i in asked]
+            assert [(r["resolved_by"], r["resolved_at"]) for r in rows] == outcomes[0]
+            assert len({r["resolved_by"] for r in rows}) == 1
+
+    @pytest.mark.django_db(transaction=True)
+    def test_of_concurrent_different_batches_exactly_one_wins(self, store: Any) -> None:
+        for _ in range(self.RACE_ROUNDS):
+            conversation = make_conversation()
+            first, second = self.ask(store, conversation), self.ask(store, conversation)
+
+            def answer(index: int) -> Any:
+                try:
+                    store.commit_batch(
+                        OWNER, conversation.pk,
+                        [{"id": first.pk, "response": {"choice": index}}, {"id": second.pk, "response": index}],
+                    )
+                    return index
+                except Conflict as exc:
+                    return exc.code
+
+            outcomes = run_in_threads(self.RACE_THREADS, answer)
+            winners = [o for o in outcomes if isinstance(o, int)]
+            assert len(winners) == 1 and outcomes.count("already_answered") == self.RACE_THREADS - 1, outcomes
+            assert stored(first.pk)["response"] == {"choice": winners[0]}
+            assert stored(second.pk)["response"] == winners[0]
+
+    # -- cancelling and the lapse sweep -----------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_cancel_pending_cancels_the_pending_ones_only(self, store: Any) -> None:
+        conversation = make_conversation()
+        run, other_run = make_run(conversation), make_run(conversation)
+        answered = self.ask(store, conversation, run)
+        store.commit_batch(OWNER, conversation.pk, [{"id": answered.pk, "response": "ok"}])
+        of_run = [self.ask(store, conversation, run) for _ in range(2)]
+        of_other = self.ask(store, conversation, other_run)
+        assert store.cancel_pending(OWNER, conversation.pk, run_id=run.pk) == 2
+        for interrupt in of_run:
+            row = stored(interrupt.pk)
+            assert row["status"] == "cancelled" and row["resolved_at"] is not None and row["response"] is None
+        assert stored(of_other.pk)["status"] == "pending" and stored(answered.pk)["status"] == "resolved"
+        assert store.cancel_pending(OWNER, conversation.pk) == 1
+        assert store.cancel_pending(OWNER, conversation.pk) == 0
+        assert store.has_pending(conversation.pk) is False
+
+    @pytest.mark.django_db
+    def test_cancel_pending_is_the_owners_and_fenced(self, store: Any) -> None:
+        conversation = make_conversation(shared=True)
+        interrupt = self.ask(store, conversation)
+        with pytest.raises(ConversationNotOwned):
+            store.cancel_pending(READER, conversation.pk)
+        with pytest.raises(NotFound):
+            store.cancel_pending(STRANGER, conversation.pk)
+        claim(conversation, 3)
+        with pytest.raises(Fenced):
+            store.cancel_pending(OWNER, conversation.pk, epoch=2)
+        with pytest.raises(Validation):
+            store.cancel_pending(OWNER, conversation.pk, run_id="x")
+        assert stored(interrupt.pk)["status"] == "pending"
+        assert store.cancel_pending(OWNER, conversation.pk, epoch=3) == 1
+
+    @pytest.mark.django_db
+    def test_expire_lapsed_cancels_lapsed_pending_interrupts_in_batches(self, store: Any, settings: Any) -> None:
+        settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "SWEEP_BATCH_SIZE": 2}
+        conversation = make_conversation()
+        now = timezone.now()
+        lapsed = [self.ask(store, conversation, expires_at=now - timedelta(minutes=m)) for m in (1, 5, 3, 4, 2)]
+        due_now = self.ask(store, conversation, expires_at=now)
+        live = self.ask(store, conversation, expires_at=now + timedelta(seconds=1))
+        forever = self.ask(store, conversation)
+        answered = self.ask(store, make_conversation(), expires_at=now - timedelta(hours=1))
+        store.commit_batch(
+            OWNER, answered.conversation_id, [{"id": answered.pk, "response": 1}], now=now - timedelta(days=1)
+        )
+        assert store.expire_lapsed(now=now, limit=3) == 3
+        # Earliest deadline first: -5, -4, -3 minutes.
+        assert {pk for pk, s in statuses(conversation).items() if s == "cancelled"} == {
+            lapsed[1].pk, lapsed[3].pk, lapsed[2].pk
+        }
+        assert store.expire_lapsed(now=now) == 3
+        for interrupt in (*lapsed, due_now):
+            row = stored(interrupt.pk)
+            assert row["status"] == "cancelled" and row["response"] == {"expired": True} and row["resolved_at"] == now
+        assert stored(live.pk)["status"] == "pending" and stored(forever.pk)["status"] == "pending"
+        assert stored(answered.pk)["status"] == "resolved"
+        assert store.expire_lapsed(now=now) == 0
+        with pytest.raises(Validation):
+            store.expire_lapsed(limit=0)
+
+    # -- async twins ------------------------------------------------------------------------
+
+    @pytest.mark.django_db(transaction=True)
+    def test_async_twins_do_what_their_sync_methods_do(self, store: Any) -> None:
+        conversation = make_conversation()
+        run = make_run(conversation)
+        interrupt_id = uuid7()
+        created = async_to_sync(store.acreate)(OWNER, conversation.pk, id=interrupt_id, run_id=run.pk, kind="generic")
+        assert created.pk == interrupt_id
+        assert async_to_sync(store.aget)(OWNER, interrupt_id).pk == interrupt_id
+        assert [i.pk for i in async_to_sync(store.alist)(OWNER, conversation.pk)] == [interrupt_id]
+        assert [i.pk for i in async_to_sync(store.apending)(OWNER, conversation.pk)] == [interrupt_id]
+        assert async_to_sync(store.ahas_pending)(conversation.pk) is True
+        outcome = async_to_sync(store.acommit_batch)(OWNER, conversation.pk, [{"id": interrupt_id, "response": 1}])
+        assert outcome[0].status == "resolved"
+        assert async_to_sync(store.acancel_pending)(OWNER, conversation.pk) == 0
+        assert async_to_sync(store.aexpire_lapsed)() == 0
