@@ -26,7 +26,16 @@ from ..conf import app_settings
 from ..exceptions import Busy, Conflict, Fenced, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
-from .base import async_twin, clean_datetime, clean_text, lookup_id, parse_id, readable_conversation, writable_conversation
+from .base import (
+    MAX_EPOCH,
+    async_twin,
+    clean_datetime,
+    clean_text,
+    lookup_id,
+    parse_id,
+    readable_conversation,
+    writable_conversation,
+)
 
 RUNNING = SupervisionStatus.RUNNING.value
 FINISHED_STATUSES = (SupervisionStatus.DONE.value, SupervisionStatus.ERRORED.value)
@@ -137,7 +146,7 @@ def fence(conversation_id: Any, epoch: int) -> None:
     """
     pk = lookup_id(conversation_id)
     held = TurnSupervision.objects.filter(
-        conversation_id=pk, epoch=clean_epoch(epoch), status=SupervisionStatus.RUNNING
+        conversation_id=pk, epoch=clean_lease_epoch(epoch, minimum=0), status=SupervisionStatus.RUNNING
     ).update(heartbeat_at=timezone.now())
     if not held:
         raise Fenced(conversation_id=str(pk), epoch=epoch)
@@ -151,7 +160,7 @@ def fence_many(entries: Iterable[tuple[Any, int]], *, now: datetime | None = Non
     :func:`fence`. A conversation is fenced when none of its pairs matched a
     running row.
     """
-    pairs = sorted({(parse_id(cid, "conversation_id"), clean_epoch(epoch)) for cid, epoch in entries})
+    pairs = clean_entries(entries)
     now = clean_now(now)
     stamped: set[uuid.UUID] = set()
     for start in range(0, len(pairs), BATCH_CHUNK_SIZE):
@@ -187,10 +196,23 @@ def as_uuid(value: Any) -> uuid.UUID:
 # -- cleaning ---------------------------------------------------------------------------------
 
 
-def clean_epoch(value: Any, field_name: str = "epoch", *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise Validation(f"{field_name} must be a whole number, {minimum} or more.", field=field_name)
+def clean_lease_epoch(value: Any, field_name: str = "epoch", *, minimum: int = 1) -> int:
+    """A required epoch; claims start at 1, so a producer's epoch is never 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_EPOCH:
+        raise Validation(f"{field_name} must be a whole number from {minimum} to {MAX_EPOCH}.", field=field_name)
     return value
+
+
+def clean_entries(entries: Any) -> list[tuple[uuid.UUID, int]]:
+    """Distinct ``(conversation_id, epoch)`` pairs, sorted so batches lock rows in one order."""
+    if not isinstance(entries, (list, tuple, set, frozenset)):
+        raise Validation("entries must be a list of (conversation_id, epoch) pairs.", field="entries")
+    pairs = set()
+    for entry in entries:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            raise Validation("entries must be a list of (conversation_id, epoch) pairs.", field="entries")
+        pairs.add((parse_id(entry[0], "conversation_id"), clean_lease_epoch(entry[1])))
+    return sorted(pairs)
 
 
 def clean_now(value: Any) -> datetime:
@@ -265,12 +287,12 @@ class SupervisionStore:
         """
         pk = lookup_id(conversation_id)
         if expected_epoch is not None:
-            clean_epoch(expected_epoch, "expected_epoch", minimum=0)
+            clean_lease_epoch(expected_epoch, "expected_epoch", minimum=0)
         values = {
             "status": clean_status(status, SupervisionStatus.values),
             "message_id": parse_id(message_id, "message_id"),
             "run_id": clean_run_id(run_id),
-            "epoch": clean_epoch(epoch),
+            "epoch": clean_lease_epoch(epoch),
             "replica": clean_replica(replica),
             "heartbeat_at": clean_datetime(heartbeat_at, "heartbeat_at") or timezone.now(),
             "claimed_at": timezone.now(),
@@ -372,7 +394,7 @@ class SupervisionStore:
         """
         updated = TurnSupervision.objects.filter(
             pk=lookup_id(conversation_id),
-            epoch=clean_epoch(epoch),
+            epoch=clean_lease_epoch(epoch),
             message_id=parse_id(message_id, "message_id"),
             status=RUNNING,
         ).update(status=clean_status(status, FINISHED_STATUSES), heartbeat_at=timezone.now())
@@ -381,7 +403,7 @@ class SupervisionStore:
     def delete(self, conversation_id: Any, *, message_id: Any, epoch: int) -> bool:
         """Remove the row iff it still holds ``message_id`` at ``epoch``; returns whether it did."""
         deleted, _ = TurnSupervision.objects.filter(
-            pk=lookup_id(conversation_id), message_id=parse_id(message_id, "message_id"), epoch=clean_epoch(epoch)
+            pk=lookup_id(conversation_id), message_id=parse_id(message_id, "message_id"), epoch=clean_lease_epoch(epoch)
         ).delete()
         return bool(deleted)
 
