@@ -45,7 +45,7 @@ from .base import (
     readable_conversation,
     writable_conversation,
 )
-from .runs import guard, producer_conversation, run_finished, run_not_found
+from .runs import clean_run_id, guard, producer_conversation, run_finished, run_not_found
 
 #: The response the lapse sweep records on the interrupts it cancels.
 EXPIRED_RESPONSE = {"expired": True}
@@ -213,7 +213,7 @@ class InterruptStore:
         another conversation is Conflict("interrupt_id_taken").
         """
         interrupt_id = parse_id(id, "id")
-        run_pk = parse_id(run_id, "run_id")
+        run_pk = clean_run_id(run_id)
         kind = clean_kind(kind)
         payload = clean_object(payload, "payload", max_bytes=app_settings.MAX_MESSAGE_BYTES)
         expires_at = clean_datetime(expires_at, "expires_at")

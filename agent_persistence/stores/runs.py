@@ -87,13 +87,14 @@ def clean_open_status(value: Any) -> str:
 
 
 def clean_error(value: Any) -> dict[str, str] | None:
-    """``{"message": str, "code": str}`` or None; anything else is Validation."""
+    """``{"message": str, "code": str}`` or None; anything else is Validation, over MAX_EVENT_BYTES StorageLimit."""
     if value is None:
         return None
     if not isinstance(value, dict) or set(value) != ERROR_KEYS:
         raise Validation('error must be an object with exactly "message" and "code".', field="error")
-    for key in ERROR_KEYS:
-        clean_text(value[key], f"error.{key}", max_length=app_settings.MAX_EVENT_BYTES)
+    for key in sorted(ERROR_KEYS):
+        if not isinstance(value[key], str):
+            raise Validation(f"error.{key} must be a string.", field="error")
     return clean_json(value, "error", max_bytes=app_settings.MAX_EVENT_BYTES)
 
 

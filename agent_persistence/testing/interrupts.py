@@ -16,7 +16,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from ..exceptions import Conflict, ConversationNotOwned, Fenced, Gone, NotFound, Validation
+from ..exceptions import Conflict, ConversationNotOwned, Fenced, Gone, NotFound, StorageLimit, Validation
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Run, RunStatus
 from .concurrency import run_in_threads
@@ -101,8 +101,10 @@ class InterruptStoreContract:
         with pytest.raises(NotFound) as caught:
             self.ask(store, conversation, make_run(other))
         assert caught.value.code == "run_not_found"
-        with pytest.raises(NotFound):
-            store.create(OWNER, conversation.pk, id=uuid7(), run_id=uuid7(), kind="generic")
+        for unknown in (uuid7(), "not-a-run", 7):
+            with pytest.raises(NotFound) as caught:
+                store.create(OWNER, conversation.pk, id=uuid7(), run_id=unknown, kind="generic")
+            assert caught.value.code == "run_not_found"
         for status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED):
             with pytest.raises(Conflict) as caught:
                 self.ask(store, conversation, make_run(conversation, status=status))
@@ -121,7 +123,6 @@ class InterruptStoreContract:
             {"kind": "approval"},
             {"kind": None},
             {"id": "nope"},
-            {"run_id": 7},
             {"payload": [1, 2]},
             {"payload": "text"},
             {"payload": {"x": "nul\x00"}},
@@ -137,6 +138,18 @@ class InterruptStoreContract:
         with pytest.raises(Validation):
             store.create(OWNER, conversation.pk, **arguments)
         assert not Interrupt.objects.exists()
+
+    @pytest.mark.django_db
+    def test_payloads_and_responses_over_the_limit_are_storage_limit(self, store: Any, settings: Any) -> None:
+        settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "MAX_MESSAGE_BYTES": 100}
+        conversation = make_conversation()
+        with pytest.raises(StorageLimit):
+            self.ask(store, conversation, payload={"text": "x" * 100})
+        assert not Interrupt.objects.exists()
+        interrupt = self.ask(store, conversation, payload={"text": "x" * 50})
+        with pytest.raises(StorageLimit):
+            store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": "y" * 100}])
+        assert stored(interrupt.pk)["status"] == "pending"
 
     @pytest.mark.django_db
     def test_only_the_owner_creates_interrupts(self, store: Any) -> None:

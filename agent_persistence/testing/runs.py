@@ -17,7 +17,7 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
-from ..exceptions import Conflict, ConversationNotOwned, Fenced, NotFound, Validation
+from ..exceptions import Conflict, ConversationNotOwned, Fenced, NotFound, StorageLimit, Validation
 from ..ids import uuid7
 from ..models import Conversation, Run, SupervisionStatus, TurnSupervision
 from ..scope import Scope
@@ -412,6 +412,14 @@ class RunStoreContract:
         run = self.start_run(store, make_conversation())
         with pytest.raises(Validation):
             store.finish(OWNER, run.pk, status, error=error)
+        assert stored(run)["status"] == "running"
+
+    @pytest.mark.django_db
+    def test_an_error_over_the_limit_is_storage_limit(self, store: Any, settings: Any) -> None:
+        settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "MAX_EVENT_BYTES": 100}
+        run = self.start_run(store, make_conversation())
+        with pytest.raises(StorageLimit):
+            store.finish(OWNER, run.pk, "failed", error={"message": "m" * 100, "code": "x"})
         assert stored(run)["status"] == "running"
 
     @pytest.mark.django_db
