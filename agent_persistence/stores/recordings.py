@@ -25,7 +25,7 @@ from ..exceptions import Validation
 from ..models import StreamRecording, SupervisionStatus
 from ..scope import Scope
 from .base import async_twin, clean_datetime, clean_object, lookup_id, parse_id, readable_conversation
-from .supervision import BATCH_CHUNK_SIZE, as_uuid, clean_epoch, fence, fence_many
+from .supervision import BATCH_CHUNK_SIZE, as_uuid, clean_lease_epoch, fence, fence_many
 
 RECORD_KEYS = frozenset({"conversation_id", "message_id", "index", "message", "epoch"})
 
@@ -51,7 +51,7 @@ def clean_record(conversation_id: Any, *, message_id: Any, index: Any, message: 
         message_id=parse_id(message_id, "message_id"),
         index=index,
         message=clean_object(message, "message", max_bytes=app_settings.MAX_MESSAGE_BYTES),
-        epoch=clean_epoch(epoch),
+        epoch=clean_lease_epoch(epoch),
     )
 
 
