@@ -31,6 +31,11 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_STORE": "agent_persistence.stores.leases.LeaseStore",
     "FILE_STORE": "agent_persistence.stores.files.FileStore",
     "TASK_STORE": "agent_persistence.stores.tasks.TaskStore",
+    "RUN_STORE": "agent_persistence.stores.runs.RunStore",
+    "INTERRUPT_STORE": "agent_persistence.stores.interrupts.InterruptStore",
+    "SUPERVISION_STORE": "agent_persistence.stores.supervision.SupervisionStore",
+    "RECORDING_STORE": "agent_persistence.stores.recordings.RecordingStore",
+    "CHECKPOINT_STORE": "agent_persistence.stores.checkpoints.CheckpointStore",
     # Agents: {"name": "dotted.path.AgentClass"}.
     "AGENTS": {},
     # Maps a request (or websocket scope) to a Scope(tenant, user).
@@ -71,6 +76,11 @@ IMPORT_STRINGS = frozenset(
         "LEASE_STORE",
         "FILE_STORE",
         "TASK_STORE",
+        "RUN_STORE",
+        "INTERRUPT_STORE",
+        "SUPERVISION_STORE",
+        "RECORDING_STORE",
+        "CHECKPOINT_STORE",
         "SCOPE_RESOLVER",
     }
 )

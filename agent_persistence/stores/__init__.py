@@ -46,3 +46,23 @@ def file_store() -> Any:
 
 def task_store() -> Any:
     return get_store("TASK_STORE")
+
+
+def run_store() -> Any:
+    return get_store("RUN_STORE")
+
+
+def interrupt_store() -> Any:
+    return get_store("INTERRUPT_STORE")
+
+
+def supervision_store() -> Any:
+    return get_store("SUPERVISION_STORE")
+
+
+def recording_store() -> Any:
+    return get_store("RECORDING_STORE")
+
+
+def checkpoint_store() -> Any:
+    return get_store("CHECKPOINT_STORE")
