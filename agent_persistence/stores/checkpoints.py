@@ -18,7 +18,7 @@ from ..exceptions import Fenced, StorageLimit, Validation
 from ..models import AgentCheckpoint
 from ..scope import Scope
 from .base import async_twin, clean_object, json_size, lookup_id, parse_id, readable_conversation
-from .supervision import clean_epoch, fence
+from .supervision import clean_lease_epoch, fence
 
 
 def clean_state(state: Any) -> tuple[dict[str, Any], int]:
@@ -57,7 +57,7 @@ class CheckpointStore:
             "state": state,
             "size": size,
             "message_id": None if message_id is None else parse_id(message_id, "message_id"),
-            "epoch": clean_epoch(epoch),
+            "epoch": clean_lease_epoch(epoch),
             "saved_at": timezone.now(),
         }
         with transaction.atomic():
