@@ -9,7 +9,9 @@ the reader from the heartbeat's age; no "dead" status is ever stored.
 Lock order: the supervision row, then the conversation row. :func:`fence`
 locks only the supervision row, and a producer calls it before its write (which
 may lock the conversation, as message and event appends do), so claims take
-the two locks in that same order and never deadlock with a producer.
+the two locks in that same order and never deadlock with a producer. A caller
+that locks the conversation itself before claiming in the same transaction
+(to append the user message, say) calls :func:`lock_supervision` first.
 """
 
 from __future__ import annotations
@@ -150,6 +152,15 @@ def fence(conversation_id: Any, epoch: int) -> None:
     ).update(heartbeat_at=timezone.now())
     if not held:
         raise Fenced(conversation_id=str(pk), epoch=epoch)
+
+
+def lock_supervision(conversation_id: Any) -> TurnSupervision | None:
+    """Lock the conversation's supervision row (if any) until the surrounding transaction ends.
+
+    The first statement of a transaction that will lock the conversation row
+    and then claim, so it takes the locks in the order producers do.
+    """
+    return TurnSupervision.objects.select_for_update().filter(pk=lookup_id(conversation_id)).first()
 
 
 def fence_many(entries: Iterable[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
@@ -458,10 +469,10 @@ def _lock_turn(
     Rows are inserted only under the conversation's lock, so a row that
     appeared while this waited for it is read (and locked) once more.
     """
-    row = TurnSupervision.objects.select_for_update().filter(pk=pk).first()
+    row = lock_supervision(pk)
     conversation = lock_conversation()
     if row is None:
-        row = TurnSupervision.objects.select_for_update().filter(pk=pk).first()
+        row = lock_supervision(pk)
     return row, conversation
 
 

@@ -25,7 +25,7 @@ from ..conf import app_settings
 from ..exceptions import Busy, Conflict, ConversationNotOwned, Fenced, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
-from ..stores.supervision import Claim, PreviousTurn, SupervisionStore, fence
+from ..stores.supervision import Claim, PreviousTurn, SupervisionStore, fence, lock_supervision
 from .concurrency import run_in_processes, run_in_threads
 
 ALICE = Scope(tenant="acme", user="alice")
@@ -573,8 +573,14 @@ class SupervisionStoreContract:
         assert [row_of(c).heartbeat_at for c in conversations] == [claimed_at] * 5
 
     @pytest.mark.django_db(transaction=True)
-    def test_a_claim_never_deadlocks_with_a_producer_writing_under_its_fence(self, store: Any) -> None:
-        """A producer locks the supervision row (fence), then the conversation; claims lock in that order too."""
+    @pytest.mark.parametrize("caller_locks_conversation", [False, True], ids=["claim", "lock_supervision first"])
+    def test_a_claim_never_deadlocks_with_a_producer_writing_under_its_fence(
+        self, store: Any, caller_locks_conversation: bool
+    ) -> None:
+        """A producer locks the supervision row (fence), then the conversation; claims lock in that order too.
+
+        A caller that locks the conversation itself before claiming calls lock_supervision() first.
+        """
         conversations = [new_conversation() for _ in range(4)]
         for round_number in range(1, 4):
             for conversation in conversations:
@@ -597,7 +603,11 @@ class SupervisionStoreContract:
             def take_over(index: int, conversation: Conversation) -> str:
                 time.sleep(0.05 + 0.01 * index)
                 now = timezone.now() + timedelta(seconds=60 * round_number + 30)
-                return f"epoch {self.claim(store, conversation, now=now).epoch}"
+                with transaction.atomic():
+                    if caller_locks_conversation:
+                        lock_supervision(conversation.pk)
+                        Conversation.objects.select_for_update().get(pk=conversation.pk)
+                    return f"epoch {self.claim(store, conversation, now=now).epoch}"
 
             def work(index: int) -> str:
                 conversation = conversations[index % 4]
