@@ -1,5 +1,628 @@
-"""Placeholder."""
+"""The conversation store: conversations and their messages, scoped by tenant and owner.
+
+Every method takes the acting :class:`~agent_persistence.scope.Scope` first.
+Reads are allowed to the owner and, for a shared conversation, to anyone of
+its tenant; writes to the owner only (a reader gets ConversationNotOwned, anyone
+else NotFound, so existence never leaks across owners or tenants).
+
+Input is cleaned before any transaction opens, so a bad value writes nothing
+and comes back as a domain error, never as a driver error. Writes are
+conditional UPDATEs whose row count is checked; the UPDATE that stamps a
+conversation before a message write also holds the row's write lock until the
+commit, which is what hands out gap-free message positions in commit order
+(SQLite's IMMEDIATE transactions take the database write lock at BEGIN, which
+serialises the same way).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..exceptions import Conflict, NotFound, StorageLimit, Validation
+from ..ids import uuid7
+from ..models import Conversation, LastTurnStatus, Message, Role, Run
+from ..scope import Scope
+from .base import (
+    UNSET,
+    Page,
+    async_twin,
+    check_scope,
+    clean_datetime,
+    clean_json,
+    clean_object,
+    clean_order,
+    clean_paging,
+    clean_text,
+    json_size,
+    lookup_id,
+    parse_id,
+    readable_conversation,
+    writable_conversation,
+)
+
+#: The keys a message dict given to :meth:`ConversationStore.merge_messages` may carry.
+MESSAGE_KEYS = frozenset(
+    {"id", "role", "content", "name", "tool_call_id", "tool_calls", "files", "metadata", "usage", "run_id"}
+)
+
+MAX_VERSION = 2**63 - 1  # the largest value a PositiveBigIntegerField holds on every backend
+
+
+def _max_length(model: type[Any], field_name: str) -> int:
+    return model._meta.get_field(field_name).max_length
+
+
+# -- cleaning conversation fields -------------------------------------------------------------
+
+
+def clean_flag(value: Any, field_name: str) -> bool:
+    if not isinstance(value, bool):
+        raise Validation(f"{field_name} must be true or false.", field=field_name)
+    return value
+
+
+def clean_last_turn_status(value: Any) -> str | None:
+    if value is not None and value not in LastTurnStatus.values:
+        raise Validation(
+            f"last_turn_status must be one of {', '.join(LastTurnStatus.values)}, or null.", field="last_turn_status"
+        )
+    return value
+
+
+def clean_state(value: Any) -> dict[str, Any]:
+    state = clean_object(value, "state")
+    limit = app_settings.MAX_STATE_BYTES
+    if json_size(state) > limit:
+        raise StorageLimit(f"state is larger than {limit} bytes.", field="state", limit=limit)
+    return state
+
+
+def clean_version(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VERSION:
+        raise Validation("version must be a whole number, 0 or more.", field="version")
+    return value
+
+
+def is_pinned(metadata: dict[str, Any]) -> bool:
+    return metadata.get("pinned") is True
+
+
+def clean_conversation_changes(
+    *,
+    title: Any = UNSET,
+    metadata: Any = UNSET,
+    state: Any = UNSET,
+    agent: Any = UNSET,
+    shared: Any = UNSET,
+    action_due_at: Any = UNSET,
+    last_turn_status: Any = UNSET,
+) -> dict[str, Any]:
+    """The column values for the arguments that were given; ``pinned`` follows ``metadata``."""
+    changes: dict[str, Any] = {}
+    if title is not UNSET:
+        changes["title"] = clean_text(title, "title", max_length=_max_length(Conversation, "title"), null=True)
+    if metadata is not UNSET:
+        changes["metadata"] = clean_object(metadata, "metadata")
+        changes["pinned"] = is_pinned(changes["metadata"])
+    if state is not UNSET:
+        changes["state"] = clean_state(state)
+    if agent is not UNSET:
+        changes["agent"] = clean_agent(agent)
+    if shared is not UNSET:
+        changes["shared"] = clean_flag(shared, "shared")
+    if action_due_at is not UNSET:
+        changes["action_due_at"] = clean_datetime(action_due_at, "action_due_at")
+    if last_turn_status is not UNSET:
+        changes["last_turn_status"] = clean_last_turn_status(last_turn_status)
+    return changes
+
+
+def clean_agent(value: Any) -> str:
+    return clean_text(value, "agent", max_length=_max_length(Conversation, "agent")) or ""
+
+
+# -- cleaning messages ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageInput:
+    """A cleaned message, ready to be written: its id, its run and its column values."""
+
+    id: uuid.UUID
+    run_id: uuid.UUID | None
+    fields: dict[str, Any]
+
+
+def clean_role(value: Any) -> str:
+    if value not in Role.values:
+        raise Validation(f"role must be one of {', '.join(Role.values)}.", field="role")
+    return value
+
+
+def clean_optional_list(value: Any, field_name: str) -> list[Any] | None:
+    """A JSON array, or None; an empty array reads as absent, as if it had not been given."""
+    if value is None:
+        return None
+    cleaned = clean_json(value, field_name)
+    if not isinstance(cleaned, list):
+        raise Validation(f"{field_name} must be a JSON array.", field=field_name)
+    return cleaned or None
+
+
+def clean_optional_object(value: Any, field_name: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return clean_object(value, field_name)
+
+
+def check_message_size(content: Any, tool_calls: Any) -> None:
+    limit = app_settings.MAX_MESSAGE_BYTES
+    size = json_size(content) + (0 if tool_calls is None else json_size(tool_calls))
+    if size > limit:
+        raise StorageLimit(f"The message is larger than {limit} bytes.", field="content", limit=limit)
+
+
+def clean_message(
+    *,
+    role: Any,
+    content: Any,
+    id: Any = None,
+    name: Any = None,
+    tool_call_id: Any = None,
+    tool_calls: Any = None,
+    files: Any = None,
+    metadata: Any = None,
+    usage: Any = None,
+    run_id: Any = None,
+) -> MessageInput:
+    text_length = _max_length(Message, "name")
+    fields = {
+        "role": clean_role(role),
+        "content": clean_json(content, "content"),
+        "name": clean_text(name, "name", max_length=text_length, null=True),
+        "tool_call_id": clean_text(tool_call_id, "tool_call_id", max_length=text_length, null=True),
+        "tool_calls": clean_optional_list(tool_calls, "tool_calls"),
+        "files": clean_optional_list(files, "files"),
+        "metadata": clean_object(metadata, "metadata"),
+        "usage": clean_optional_object(usage, "usage"),
+    }
+    check_message_size(fields["content"], fields["tool_calls"])
+    return MessageInput(
+        id=uuid7() if id is None else parse_id(id, "id"),
+        run_id=None if run_id is None else parse_id(run_id, "run_id"),
+        fields=fields,
+    )
+
+
+def clean_incoming_messages(messages: Any) -> list[MessageInput]:
+    """The messages of a merge, each cleaned; an id may appear only once."""
+    if not isinstance(messages, (list, tuple)):
+        raise Validation("messages must be a list of message objects.", field="messages")
+    cleaned: list[MessageInput] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise Validation(f"messages[{index}] must be an object.", field="messages")
+        unknown = set(message) - MESSAGE_KEYS
+        if unknown:
+            names = ", ".join(sorted(map(str, unknown)))
+            raise Validation(f"messages[{index}] has unknown keys: {names}.", field="messages")
+        if "role" not in message:
+            raise Validation(f"messages[{index}] has no role.", field="messages")
+        fields = {key: value for key, value in message.items() if key != "content"}
+        cleaned.append(clean_message(content=message.get("content"), **fields))
+    ids = [message.id for message in cleaned]
+    if len(set(ids)) != len(ids):
+        raise Validation("messages may not repeat an id.", field="messages")
+    return cleaned
+
+
+def conversation_pk(conversation_id: Any, *, create: bool) -> uuid.UUID:
+    # An id that may be created must be a well-formed one; an id only looked up names nothing.
+    return parse_id(conversation_id, "conversation_id") if create else lookup_id(conversation_id)
+
+
+# -- writes under the conversation's row lock -------------------------------------------------
+
+
+def claim_positions(scope: Scope, pk: uuid.UUID, count: int, now: datetime) -> int | None:
+    """Reserve ``count`` positions in the scope's own conversation; the first one, or None.
+
+    The UPDATE also stamps ``updated_at`` and keeps the row write-locked until
+    the surrounding transaction ends, so the counter read back is ours alone.
+    """
+    claimed = Conversation.objects.filter(pk=pk, tenant=scope.tenant, owner=scope.user).update(
+        next_position=F("next_position") + count, updated_at=now
+    )
+    if not claimed:
+        return None
+    next_position = Conversation.objects.filter(pk=pk).values_list("next_position", flat=True).get()
+    return next_position - count
+
+
+def create_if_absent(scope: Scope, pk: uuid.UUID, *, agent: str, title: str | None, now: datetime) -> None:
+    """Insert the conversation unless a row with its id exists (whoever's it is)."""
+    try:
+        with transaction.atomic():
+            Conversation.objects.create(
+                id=pk, tenant=scope.tenant, owner=scope.user, agent=agent, title=title, created_at=now, updated_at=now
+            )
+    except IntegrityError:
+        # A concurrent first append won (PostgreSQL made us wait for its commit), or the id is
+        # someone else's: the claim that follows tells which.
+        pass
+
+
+def raise_not_writable(scope: Scope, pk: uuid.UUID) -> None:
+    """Raise what a scope that failed to write the conversation deserves: 403 or 404."""
+    writable_conversation(scope, pk)
+    raise NotFound("No such conversation.")
+
+
+def claim_conversation(
+    scope: Scope, pk: uuid.UUID, *, count: int, create: bool, agent: str, title: str | None, now: datetime
+) -> int:
+    """Lock the scope's own conversation for a message write (creating it first if asked)."""
+    position = claim_positions(scope, pk, count, now)
+    if position is None and create:
+        create_if_absent(scope, pk, agent=agent, title=title, now=now)
+        position = claim_positions(scope, pk, count, now)
+    if position is None:
+        raise_not_writable(scope, pk)
+    return position  # type: ignore[return-value]
+
+
+def check_runs(pk: uuid.UUID, run_ids: Iterable[uuid.UUID | None]) -> None:
+    # Foreign keys are checked only at commit (they are deferred): check here for a domain error.
+    wanted = {run_id for run_id in run_ids if run_id is not None}
+    if wanted and Run.objects.filter(conversation_id=pk, pk__in=wanted).count() != len(wanted):
+        raise NotFound("No such run in this conversation.", field="run_id")
+
+
+def insert_message(pk: uuid.UUID, message: MessageInput, position: int, now: datetime) -> Message:
+    row = Message(
+        id=message.id,
+        conversation_id=pk,
+        position=position,
+        run_id=message.run_id,
+        created_at=now,
+        updated_at=now,
+        **message.fields,
+    )
+    try:
+        with transaction.atomic():
+            row.save(force_insert=True)
+    except IntegrityError:
+        if Message.objects.filter(pk=message.id).exists():
+            raise Conflict(
+                "A message with this id already exists.", code="message_exists", id=str(message.id)
+            ) from None
+        # Only a taken position is left, which the row lock rules out; report it, never the driver error.
+        raise Conflict("The transcript changed during the write; try again.") from None
+    return row
+
+
+def transcript(pk: uuid.UUID) -> list[Message]:
+    return list(Message.objects.filter(conversation_id=pk).order_by("position"))
+
+
+def paginate(queryset: Any, limit: int, offset: int) -> Page[Any]:
+    total = queryset.count()
+    # Skipping the query past the end also keeps a huge offset away from the driver.
+    items = list(queryset[offset : offset + limit]) if offset < total else []
+    return Page(items=items, total=total, limit=limit, offset=offset)
 
 
 class ConversationStore:
-    pass
+    """Conversations and messages on the Django ORM; see ``docs/reference/stores/conversations.md``."""
+
+    # -- conversations ------------------------------------------------------------------------
+
+    def create(
+        self,
+        scope: Scope,
+        *,
+        id: Any = None,
+        agent: Any = "",
+        title: Any = None,
+        metadata: Any = None,
+        state: Any = None,
+        shared: Any = False,
+        action_due_at: Any = None,
+    ) -> Conversation:
+        """A new conversation owned by ``scope``, at version 0."""
+        check_scope(scope)
+        pk = uuid7() if id is None else parse_id(id, "id")
+        fields = clean_conversation_changes(
+            agent=agent, title=title, metadata=metadata, state=state, shared=shared, action_due_at=action_due_at
+        )
+        now = timezone.now()
+        conversation = Conversation(
+            id=pk, tenant=scope.tenant, owner=scope.user, version=0, created_at=now, updated_at=now, **fields
+        )
+        try:
+            with transaction.atomic():
+                conversation.save(force_insert=True)
+        except IntegrityError:
+            raise Conflict("A conversation with this id already exists.", code="conversation_exists") from None
+        return conversation
+
+    def get(self, scope: Scope, conversation_id: Any) -> Conversation:
+        """The conversation if ``scope`` may read it, else NotFound."""
+        return readable_conversation(scope, conversation_id)
+
+    def list(
+        self,
+        scope: Scope,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "desc",
+        agent: Any = None,
+        pinned_first: Any = False,
+        action_due_before: Any = None,
+    ) -> Page[Conversation]:
+        """The scope's own conversations, newest first (``order="asc"``: oldest first)."""
+        check_scope(scope)
+        limit, offset = clean_paging(limit, offset)
+        order = clean_order(order, "desc")
+        pinned_first = clean_flag(pinned_first, "pinned_first")
+        queryset = Conversation.objects.filter(tenant=scope.tenant, owner=scope.user)
+        if agent is not None:
+            queryset = queryset.filter(agent=clean_agent(agent))
+        if action_due_before is not None:
+            due = clean_datetime(action_due_before, "action_due_before")
+            queryset = queryset.filter(action_due_at__lte=due)
+            ordering = ["action_due_at", "created_at", "id"]
+        elif order == "desc":
+            ordering = ["-created_at", "-id"]
+        else:
+            ordering = ["created_at", "id"]
+        if pinned_first:
+            ordering.insert(0, "-pinned")
+        return paginate(queryset.order_by(*ordering), limit, offset)
+
+    def update(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        title: Any = UNSET,
+        metadata: Any = UNSET,
+        state: Any = UNSET,
+        agent: Any = UNSET,
+        shared: Any = UNSET,
+        action_due_at: Any = UNSET,
+        last_turn_status: Any = UNSET,
+    ) -> Conversation:
+        """Replace the given fields; version + 1. Owner only."""
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        changes = clean_conversation_changes(
+            title=title,
+            metadata=metadata,
+            state=state,
+            agent=agent,
+            shared=shared,
+            action_due_at=action_due_at,
+            last_turn_status=last_turn_status,
+        )
+        with transaction.atomic():
+            if not self._write_conversation(scope, pk, changes):
+                raise_not_writable(scope, pk)
+            return Conversation.objects.get(pk=pk)
+
+    def update_if(self, scope: Scope, conversation_id: Any, version: Any, **changes: Any) -> Conversation | None:
+        """Like :meth:`update`, only if the stored version is ``version``; None when it is not."""
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        version = clean_version(version)
+        unknown = set(changes) - {"title", "metadata", "state", "agent", "shared", "action_due_at", "last_turn_status"}
+        if unknown:
+            raise TypeError(f"update_if() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+        cleaned = clean_conversation_changes(**changes)
+        with transaction.atomic():
+            if self._write_conversation(scope, pk, cleaned, version=version):
+                return Conversation.objects.get(pk=pk)
+            # Nothing written: tell a lost race (None) from a conversation out of reach (an error).
+            writable_conversation(scope, pk)
+            return None
+
+    def _write_conversation(
+        self, scope: Scope, pk: uuid.UUID, changes: dict[str, Any], *, version: int | None = None
+    ) -> bool:
+        """One conditional UPDATE of the scope's own conversation; whether it matched."""
+        queryset = Conversation.objects.filter(pk=pk, tenant=scope.tenant, owner=scope.user)
+        if version is not None:
+            queryset = queryset.filter(version=version)
+        return bool(queryset.update(**changes, version=F("version") + 1, updated_at=timezone.now()))
+
+    def delete(self, scope: Scope, conversation_id: Any) -> None:
+        """Delete the conversation and all it holds (messages, runs, events, files, tasks). Owner only."""
+        with transaction.atomic():
+            # The row lock makes a concurrent message or file write wait for the delete (and then
+            # find nothing) instead of slipping a child row in after the cascade was collected.
+            conversation = writable_conversation(scope, conversation_id, for_update=True)
+            conversation.delete()
+
+    def share(self, scope: Scope, conversation_id: Any, shared: Any = True) -> Conversation:
+        """Make the conversation readable (or not) by everyone of its tenant; an update."""
+        return self.update(scope, conversation_id, shared=shared)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def append_message(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        role: Any,
+        content: Any,
+        id: Any = None,
+        name: Any = None,
+        tool_call_id: Any = None,
+        tool_calls: Any = None,
+        files: Any = None,
+        metadata: Any = None,
+        usage: Any = None,
+        run_id: Any = None,
+        create: Any = False,
+        agent: Any = "",
+        title: Any = None,
+    ) -> Message:
+        """Append a message at the next position; with ``create`` the conversation is made if absent."""
+        check_scope(scope)
+        create = clean_flag(create, "create")
+        pk = conversation_pk(conversation_id, create=create)
+        message = clean_message(
+            role=role,
+            content=content,
+            id=id,
+            name=name,
+            tool_call_id=tool_call_id,
+            tool_calls=tool_calls,
+            files=files,
+            metadata=metadata,
+            usage=usage,
+            run_id=run_id,
+        )
+        agent = clean_agent(agent)
+        title = clean_text(title, "title", max_length=_max_length(Conversation, "title"), null=True)
+        now = timezone.now()
+        with transaction.atomic():
+            position = claim_conversation(scope, pk, count=1, create=create, agent=agent, title=title, now=now)
+            check_runs(pk, [message.run_id])
+            return insert_message(pk, message, position, now)
+
+    def get_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> Message:
+        conversation = readable_conversation(scope, conversation_id)
+        return self._message_of(conversation.pk, message_id)
+
+    def _message_of(self, pk: uuid.UUID, message_id: Any) -> Message:
+        try:
+            return Message.objects.get(pk=lookup_id(message_id, "message"), conversation_id=pk)
+        except Message.DoesNotExist:
+            raise NotFound("No such message.") from None
+
+    def list_messages(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "asc",
+        before: Any = None,
+        after: Any = None,
+    ) -> Page[Message]:
+        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors."""
+        limit, offset = clean_paging(limit, offset)
+        order = clean_order(order, "asc")
+        conversation = readable_conversation(scope, conversation_id)
+        queryset = Message.objects.filter(conversation_id=conversation.pk)
+        if before is not None:
+            queryset = queryset.filter(position__lt=self._message_of(conversation.pk, before).position)
+        if after is not None:
+            queryset = queryset.filter(position__gt=self._message_of(conversation.pk, after).position)
+        return paginate(queryset.order_by("position" if order == "asc" else "-position"), limit, offset)
+
+    def update_message(
+        self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = UNSET, metadata: Any = UNSET
+    ) -> Message:
+        """Replace the message's content and/or metadata; moves only its ``updated_at``. Owner only."""
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        changes: dict[str, Any] = {}
+        if content is not UNSET:
+            changes["content"] = clean_json(content, "content")
+        if metadata is not UNSET:
+            changes["metadata"] = clean_object(metadata, "metadata")
+        with transaction.atomic():
+            writable_conversation(scope, pk)
+            message_pk = lookup_id(message_id, "message")
+            tool_calls = (
+                Message.objects.select_for_update()
+                .filter(pk=message_pk, conversation_id=pk)
+                .values_list("tool_calls", flat=True)
+                .first()
+            )
+            if "content" in changes:
+                check_message_size(changes["content"], tool_calls)
+            updated = Message.objects.filter(pk=message_pk, conversation_id=pk).update(
+                **changes, updated_at=timezone.now()
+            )
+            if not updated:
+                raise NotFound("No such message.")
+            return Message.objects.get(pk=message_pk)
+
+    def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
+        """Delete one message; its files stay, detached from it. Owner only."""
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        with transaction.atomic():
+            writable_conversation(scope, pk)
+            deleted, _ = Message.objects.filter(pk=lookup_id(message_id, "message"), conversation_id=pk).delete()
+            if not deleted:
+                raise NotFound("No such message.")
+
+    def merge_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        """Merge a posted transcript by id (cutoff, replace, append); the resulting transcript."""
+        check_scope(scope)
+        create = clean_flag(create, "create")
+        pk = conversation_pk(conversation_id, create=create)
+        incoming = clean_incoming_messages(messages)
+        agent = clean_agent(agent)
+        now = timezone.now()
+        with transaction.atomic():
+            if not incoming:
+                # Nothing to merge: history is never touched, not even updated_at.
+                if create:
+                    create_if_absent(scope, pk, agent=agent, title=None, now=now)
+                writable_conversation(scope, pk)
+                return transcript(pk)
+            claim_conversation(scope, pk, count=0, create=create, agent=agent, title=None, now=now)
+            check_runs(pk, [message.run_id for message in incoming])
+            stored = self._drop_after_cutoff(pk, incoming)
+            for message in incoming:
+                if message.id in stored:
+                    Message.objects.filter(pk=message.id, conversation_id=pk).update(
+                        **message.fields, run_id=message.run_id, updated_at=now
+                    )
+            new_messages = [message for message in incoming if message.id not in stored]
+            if new_messages:
+                first = claim_positions(scope, pk, len(new_messages), now)
+                for offset, message in enumerate(new_messages):
+                    insert_message(pk, message, first + offset, now)  # type: ignore[operator]
+            return transcript(pk)
+
+    def _drop_after_cutoff(self, pk: uuid.UUID, incoming: list[MessageInput]) -> set[uuid.UUID]:
+        """Delete the stored messages after the last incoming id already stored; the ids kept."""
+        positions = dict(Message.objects.filter(conversation_id=pk).values_list("id", "position"))
+        cutoff = next((message.id for message in reversed(incoming) if message.id in positions), None)
+        if cutoff is None:
+            return set(positions)
+        Message.objects.filter(conversation_id=pk, position__gt=positions[cutoff]).delete()
+        return {message_id for message_id, position in positions.items() if position <= positions[cutoff]}
+
+    acreate = async_twin("create")
+    aget = async_twin("get")
+    alist = async_twin("list")
+    aupdate = async_twin("update")
+    aupdate_if = async_twin("update_if")
+    adelete = async_twin("delete")
+    ashare = async_twin("share")
+    aappend_message = async_twin("append_message")
+    aget_message = async_twin("get_message")
+    alist_messages = async_twin("list_messages")
+    aupdate_message = async_twin("update_message")
+    adelete_message = async_twin("delete_message")
+    amerge_messages = async_twin("merge_messages")
