@@ -34,7 +34,6 @@ from ..exceptions import Conflict, ConversationNotOwned, NotFound, Validation
 from ..models import FINISHED_RUN_STATUSES, Conversation, Run, RunStatus
 from ..scope import Scope
 from .base import (
-    MAX_EPOCH,
     Page,
     async_twin,
     check_scope,
@@ -58,6 +57,9 @@ OPEN_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.INTERRUPTED)
 STUCK_RUN_ERROR = {"message": "The run stopped making progress and was aborted.", "code": "run_stuck"}
 
 ERROR_KEYS = frozenset({"message", "code"})
+
+#: The largest usage counter kept; far beyond any real count, it keeps sums portable across databases.
+MAX_COUNTER = 2**63 - 1
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -108,7 +110,7 @@ def clean_usage(value: Any) -> dict[str, int | float]:
         raise Validation("usage must be an object of numbers.", field="usage")
     for name, amount in value.items():
         clean_text(name, "usage", max_length=255)
-        if not is_counter(amount) or not 0 <= amount <= MAX_EPOCH:
+        if not is_counter(amount) or not 0 <= amount <= MAX_COUNTER:
             raise Validation(f"usage[{name!r}] must be a finite number, 0 or more.", field="usage")
     return dict(value)
 
@@ -120,7 +122,7 @@ def add_counters(stored: dict[str, Any], added: dict[str, int | float]) -> dict[
         if not is_counter(previous):
             raise Conflict(f"The stored usage[{name!r}] is not a number.", code="usage_not_numeric", field="usage")
         total[name] = previous + amount
-        if not is_counter(total[name]) or total[name] > MAX_EPOCH:
+        if not is_counter(total[name]) or total[name] > MAX_COUNTER:
             raise Validation(f"usage[{name!r}] would overflow.", field="usage")
     return total
 
@@ -303,7 +305,7 @@ class RunStore:
             if locked.status not in OPEN_RUN_STATUSES:
                 raise run_finished(run.pk, locked.status)
             update_open_run(run, usage=add_counters(locked.usage or {}, usage))
-        return Run.objects.get(pk=run.pk)
+            return Run.objects.get(pk=run.pk)
 
     def set_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
         """Move an open run between running and interrupted (a pause at an interrupt, a continuation)."""
@@ -313,7 +315,7 @@ class RunStore:
             run = writable_run(scope, run_id)
             guard(run.conversation_id, epoch)
             update_open_run(run, status=status)
-        return Run.objects.get(pk=run.pk)
+            return Run.objects.get(pk=run.pk)
 
     def finish(
         self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
@@ -326,7 +328,7 @@ class RunStore:
             run = writable_run(scope, run_id)
             guard(run.conversation_id, epoch)
             update_open_run(run, status=status, error=error, finished_at=timezone.now())
-        return Run.objects.get(pk=run.pk)
+            return Run.objects.get(pk=run.pk)
 
     def mark_detached(
         self, scope: Scope, run_id: Any, since: datetime | None = None, *, epoch: int | None = None
@@ -344,7 +346,7 @@ class RunStore:
                 status = current_status(run.pk)
                 if status not in OPEN_RUN_STATUSES:
                     raise run_finished(run.pk, status)
-        return Run.objects.get(pk=run.pk)
+            return Run.objects.get(pk=run.pk)
 
     def clear_detached(self, scope: Scope, run_id: Any, *, epoch: int | None = None) -> Run:
         """Record that the open run is followed (or taken over) again."""
@@ -353,7 +355,7 @@ class RunStore:
             run = writable_run(scope, run_id)
             guard(run.conversation_id, epoch)
             update_open_run(run, detached_since=None)
-        return Run.objects.get(pk=run.pk)
+            return Run.objects.get(pk=run.pk)
 
     # -- user and operator actions ----------------------------------------------------------
 
@@ -367,7 +369,7 @@ class RunStore:
         with transaction.atomic():
             run = writable_run(scope, run_id)
             Run.objects.filter(pk=run.pk, status__in=OPEN_RUN_STATUSES).update(cancel_requested=True)
-        return Run.objects.get(pk=run.pk)
+            return Run.objects.get(pk=run.pk)
 
     def abort_stuck(self, run_id: Any, *, error: dict[str, str] | None = None) -> bool:
         """Operator or system action: abort an open run; False when it had already finished or is unknown."""
