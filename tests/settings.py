@@ -67,6 +67,10 @@ else:
     suffix = os.environ.get("AGENT_PERSISTENCE_TEST_DB_SUFFIX", "")
     DATABASES["default"]["TEST"] = {"NAME": f"test_agent_persistence{suffix}"}
 
+# A process started by a test (tests/turn_process.py) joins that test's database.
+if os.environ.get("AP_TEST_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["AP_TEST_DB_NAME"]
+
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 STORAGES = {
@@ -76,7 +80,18 @@ STORAGES = {
 
 AGENT_PERSISTENCE = {
     "ENCRYPTION_KEYS": ["cw_0x689RpI-jtRR7oE8h_eQsKImvJapLeSbXpwF4e4="],
+    "AGENTS": {
+        "scripted": "tests.agents.ScriptedAgent",
+        "approval": "tests.agents.ApprovalAgent",
+        "failing": "tests.agents.FailingAgent",
+        "echo": "tests.agents.EchoAgent",
+    },
 }
+if os.environ.get("AP_FAST_TIMINGS"):
+    # Crash tests: a dead producer is noticed in about a second.
+    AGENT_PERSISTENCE.update(
+        {"HEARTBEAT_INTERVAL": 0.2, "DEAD_AFTER": 1.0, "RECORDING_FLUSH_INTERVAL": 0.1, "CHECKPOINT_INTERVAL": 0.5}
+    )
 
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,434 @@
+"""Producers: the asyncio task that drives one turn, and the per-process supervisor.
+
+A producer runs in the process that accepted the turn. Its periodic work is
+batched per process by the :class:`Supervisor`, one ticker per event loop:
+every ``HEARTBEAT_INTERVAL`` one epoch-guarded statement stamps the heartbeat of
+all live turns and reports the fenced ones, and one statement reads the stop
+requests; every ``RECORDING_FLUSH_INTERVAL`` the changed recordings are written
+in one transaction; checkpoints are saved every ``CHECKPOINT_INTERVAL`` per turn.
+
+Seal order: flush the recording, stop the heartbeat, write the terminal status
+(the assistant message, the run, the supervision row, the conversation's
+``last_turn_status`` and a ``status_idle`` event, in one fenced transaction).
+A fenced producer writes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import socket
+import time
+import uuid
+import weakref
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..exceptions import Fenced, NotFound
+from ..ids import uuid7
+from ..models import Conversation, Interrupt, Run
+from ..scope import Scope
+from ..stores import checkpoint_store, interrupt_store, recording_store, run_store, supervision_store
+from ..stores.supervision import fence
+from .agents import Agent
+from .turn import Turn, TurnSuspended
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(str, enum.Enum):
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    ERRORED = "errored"
+    INTERRUPTED = "interrupted"
+    #: A newer epoch holds the conversation, or the conversation is gone: nothing is written.
+    FENCED = "fenced"
+    #: This process is shutting down: nothing is written; the turn is resumed elsewhere.
+    ABANDONED = "abandoned"
+
+
+# What each sealed outcome writes: (run status, supervision status, last_turn_status).
+SEALS = {
+    Outcome.COMPLETED: ("completed", "done", "complete"),
+    Outcome.CANCELLED: ("aborted", "done", "cancelled"),
+    Outcome.ERRORED: ("failed", "errored", "errored"),
+}
+
+
+def replica_id() -> str:
+    return app_settings.REPLICA_ID or f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """Everything the database said about a turn about to be driven."""
+
+    scope: Scope
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    run_id: uuid.UUID
+    epoch: int
+    agent_name: str
+    resumed: bool
+    start_index: int
+    transcript: list[Any]
+    checkpoint: dict[str, Any]
+    answers: dict[str, Any]
+
+
+def seal_turn(plan_scope: Scope, conversation_id: uuid.UUID, *, message_id: uuid.UUID, run_id: uuid.UUID,
+              epoch: int, message: dict[str, Any], outcome: Outcome, error: dict[str, str] | None = None) -> bool:
+    """Write a turn's terminal status in one fenced transaction; False when fenced or gone."""
+    from ..stores import conversation_store, event_store
+
+    run_status, supervision_status, last_turn_status = SEALS[outcome]
+    try:
+        with transaction.atomic():
+            fence(conversation_id, epoch)
+            metadata: dict[str, Any] = {"stop_reason": outcome.value}
+            if error:
+                metadata["error"] = error
+            conversation_store().append_message(
+                plan_scope,
+                conversation_id,
+                id=message_id,
+                role="assistant",
+                content=message.get("content", ""),
+                tool_calls=message.get("tool_calls"),
+                metadata=metadata,
+                run_id=run_id,
+                create=False,
+            )
+            run_store().finish(plan_scope, run_id, run_status, error=error)
+            supervision_store().finish(conversation_id, epoch=epoch, message_id=message_id, status=supervision_status)
+            Conversation.objects.filter(pk=conversation_id).update(last_turn_status=last_turn_status, updated_at=timezone.now())
+            event_store().append(
+                plan_scope,
+                conversation_id,
+                [{"type": "status_idle", "data": _event_data(message_id, run_id, stop_reason=outcome.value, error=error)}],
+                run_id=run_id,
+            )
+            transaction.on_commit(lambda: _announce(plan_scope, conversation_id, message_id, run_id))
+    except (Fenced, NotFound):
+        logger.info("Turn %s of conversation %s was fenced or deleted; it writes nothing more.", message_id, conversation_id)
+        return False
+    return True
+
+
+def _event_data(message_id: uuid.UUID, run_id: uuid.UUID, **extra: Any) -> dict[str, Any]:
+    data = {"message_id": str(message_id), "run_id": str(run_id)}
+    data.update({key: value for key, value in extra.items() if value is not None})
+    return data
+
+
+def _announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID) -> None:
+    from ..signals import conversation_updated
+
+    conversation_updated.send(
+        sender=Conversation,
+        tenant=scope.tenant,
+        conversation_id=conversation_id,
+        message_id=message_id,
+        run_id=run_id,
+    )
+
+
+class Producer:
+    """Drives one run of one turn; created by the entry points in :mod:`.turns`."""
+
+    def __init__(self, plan: TurnPlan, agent: Agent) -> None:
+        self.plan = plan
+        self.agent = agent
+        self.conversation_id = plan.conversation_id
+        self.epoch = plan.epoch
+        self.index = plan.start_index
+        self.recording_dirty = True
+        self.cancel_requested = False
+        self.fenced = False
+        self.stop_reason: Outcome | None = None
+        self.sealing = False
+        self.started = time.monotonic()
+        self.last_checkpoint = time.monotonic()
+        self.task: asyncio.Task[Outcome] | None = None
+        checkpoint = plan.checkpoint
+        self.turn = Turn(
+            producer=self,
+            scope=plan.scope,
+            conversation_id=plan.conversation_id,
+            message_id=plan.message_id,
+            run_id=plan.run_id,
+            transcript=plan.transcript,
+            state=checkpoint.get("agent", {}),
+            resumed=plan.resumed,
+            text=checkpoint.get("text", ""),
+            tool_calls=checkpoint.get("tool_calls"),
+            tool_results=checkpoint.get("tool_results"),
+            answers=plan.answers,
+        )
+
+    # -- called by the turn ------------------------------------------------------------------
+
+    def message_changed(self) -> None:
+        self.index += 1
+        self.recording_dirty = True
+
+    async def save_checkpoint(self) -> None:
+        snapshot = self.turn.snapshot()
+        self.last_checkpoint = time.monotonic()
+        await checkpoint_store().asave(self.conversation_id, snapshot, epoch=self.epoch, message_id=self.plan.message_id)
+
+    async def raise_interrupt(self, interrupt_id: uuid.UUID, *, kind: str, payload: dict[str, Any], expires_in: float | None) -> None:
+        expires_at = timezone.now() + timedelta(seconds=expires_in) if expires_in else None
+        await interrupt_store().acreate(
+            self.plan.scope,
+            self.conversation_id,
+            id=interrupt_id,
+            run_id=self.plan.run_id,
+            kind=kind,
+            payload=payload,
+            expires_at=expires_at,
+            epoch=self.epoch,
+        )
+
+    # -- called by the supervisor ------------------------------------------------------------
+
+    def recording(self) -> dict[str, Any]:
+        return {
+            "conversation_id": self.conversation_id,
+            "message_id": self.plan.message_id,
+            "index": self.index,
+            "message": self.turn.message(),
+            "epoch": self.epoch,
+        }
+
+    def stop(self, reason: Outcome) -> None:
+        """Stop the agent at its next ``await``; ``reason`` decides what the seal writes.
+
+        Only the first stop cancels the task, and never once it is sealing: a
+        seal is not interrupted halfway (a fenced seal is refused by the
+        database anyway).
+        """
+        if reason is Outcome.FENCED:
+            self.fenced = True
+        if reason is Outcome.CANCELLED:
+            self.cancel_requested = True
+        if self.sealing:
+            return
+        if self.stop_reason is not None:
+            if reason is Outcome.FENCED:
+                self.stop_reason = reason
+            return
+        self.stop_reason = reason
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def drive(self) -> Outcome:
+        supervisor = Supervisor.current()
+        supervisor.add(self)
+        try:
+            while True:
+                outcome, error = await self._run_agent()
+                if self.fenced:
+                    outcome = Outcome.FENCED
+                if outcome is not Outcome.INTERRUPTED or await self._suspend():
+                    break
+                # Every question was answered before the run could go idle: go on at once.
+                self.turn._answers = await sync_to_async(answers_for_turn)(self.conversation_id, self.plan.message_id)
+            if outcome is not Outcome.INTERRUPTED:
+                self.sealing = True
+                await self._seal(outcome, error)
+        finally:
+            supervisor.remove(self)
+        return outcome
+
+    async def _run_agent(self) -> tuple[Outcome, dict[str, str] | None]:
+        try:
+            await self.agent.run(self.turn)
+        except TurnSuspended:
+            return Outcome.INTERRUPTED, None
+        except asyncio.CancelledError:
+            outcome = self.stop_reason or Outcome.ABANDONED
+            if outcome is Outcome.ERRORED:
+                return outcome, {"code": "max_run_time", "message": "The turn ran longer than MAX_RUN_TIME."}
+            return outcome, None
+        except Fenced:
+            return Outcome.FENCED, None
+        except Exception as exc:  # noqa: BLE001 - an agent's failure ends its turn as errored
+            logger.exception("Agent %r failed in conversation %s", self.agent.name, self.conversation_id)
+            return Outcome.ERRORED, {"code": "agent_error", "message": f"{type(exc).__name__}: {exc}"[:1000]}
+        return Outcome.COMPLETED, None
+
+    async def _suspend(self) -> bool:
+        """Go idle until the pending interrupts are answered; False when they already are."""
+        self.sealing = True
+        try:
+            await recording_store().aput(**self.recording())
+            self.recording_dirty = False
+            await self.save_checkpoint()
+            suspended = await sync_to_async(self._seal_interrupted)()
+        except (Fenced, NotFound):
+            self.fenced = True
+            return True
+        self.sealing = suspended
+        return suspended
+
+    async def _seal(self, outcome: Outcome, error: dict[str, str] | None) -> None:
+        supervisor = Supervisor.current()
+        if outcome in (Outcome.FENCED, Outcome.ABANDONED):
+            return
+        try:
+            # 1. flush the recording, 2. stop the heartbeat, 3. write the terminal status.
+            await recording_store().aput(**self.recording())
+            self.recording_dirty = False
+            supervisor.remove(self)
+            await self.save_checkpoint()
+            await sync_to_async(seal_turn)(
+                self.plan.scope,
+                self.conversation_id,
+                message_id=self.plan.message_id,
+                run_id=self.plan.run_id,
+                epoch=self.epoch,
+                message=self.turn.message(),
+                outcome=outcome,
+                error=error,
+            )
+        except (Fenced, NotFound):
+            logger.info("Producer of conversation %s was fenced while sealing.", self.conversation_id)
+
+    def _seal_interrupted(self) -> bool:
+        """Record the run as interrupted and release the conversation, unless every question is answered.
+
+        Runs under the supervision row's lock (``fence``), as answering does,
+        so an answer lands either before this check (the run goes on) or after
+        the run is recorded as interrupted (the answer starts a continuation).
+        """
+        from ..stores import event_store
+
+        plan = self.plan
+        with transaction.atomic():
+            fence(plan.conversation_id, self.epoch)
+            if not interrupt_store().has_pending(plan.conversation_id):
+                return False
+            run_store().set_status(plan.scope, plan.run_id, "interrupted")
+            supervision_store().finish(plan.conversation_id, epoch=self.epoch, message_id=plan.message_id, status="done")
+            event_store().append(
+                plan.scope,
+                plan.conversation_id,
+                [{"type": "status_idle", "data": _event_data(plan.message_id, plan.run_id, stop_reason="interrupted")}],
+                run_id=plan.run_id,
+            )
+        return True
+
+
+def answers_for_turn(conversation_id: uuid.UUID, message_id: uuid.UUID) -> dict[str, Any]:
+    """The answered interrupts of a turn, ``{interrupt id: response}``."""
+    answered = Interrupt.objects.filter(conversation_id=conversation_id, run__message_id=message_id, status="resolved")
+    return {str(pk): response for pk, response in answered.values_list("pk", "response")}
+
+
+def cancel_requested_runs(run_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+    """The runs among ``run_ids`` whose stop was requested (from any process): one statement."""
+    return set(Run.objects.filter(pk__in=run_ids, cancel_requested=True).values_list("pk", flat=True))
+
+
+class Supervisor:
+    """The producers of this process on one event loop, and the ticker that serves them all."""
+
+    _by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Supervisor]" = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.producers: dict[uuid.UUID, Producer] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._reaper: asyncio.Task[None] | None = None
+
+    @classmethod
+    def current(cls) -> "Supervisor":
+        loop = asyncio.get_running_loop()
+        supervisor = cls._by_loop.get(loop)
+        if supervisor is None:
+            supervisor = cls._by_loop[loop] = cls()
+            if app_settings.REAPER_ENABLED:
+                from .turns import reap_forever
+
+                supervisor._reaper = loop.create_task(reap_forever(), name="agent_persistence.reaper")
+        return supervisor
+
+    def get(self, conversation_id: uuid.UUID) -> Producer | None:
+        return self.producers.get(conversation_id)
+
+    def add(self, producer: Producer) -> None:
+        self.producers[producer.conversation_id] = producer
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_forever(), name="agent_persistence.supervisor")
+
+    def remove(self, producer: Producer) -> None:
+        if self.producers.get(producer.conversation_id) is producer:
+            del self.producers[producer.conversation_id]
+
+    async def _tick_forever(self) -> None:
+        last_heartbeat = time.monotonic()
+        step = min(app_settings.HEARTBEAT_INTERVAL, app_settings.RECORDING_FLUSH_INTERVAL)
+        while self.producers:
+            await asyncio.sleep(step)
+            try:
+                await self.flush_recordings()
+                if time.monotonic() - last_heartbeat >= app_settings.HEARTBEAT_INTERVAL * 0.95:
+                    last_heartbeat = time.monotonic()
+                    await self.heartbeat()
+                await self.checkpoint_due()
+                self.enforce_max_run_time()
+            except Exception:  # noqa: BLE001 - a failed tick (database down) must not kill the ticker
+                logger.exception("Supervisor tick failed; retrying next tick.")
+
+    async def heartbeat(self) -> None:
+        producers = list(self.producers.values())
+        if not producers:
+            return
+        fenced = await supervision_store().aheartbeat_many([(p.conversation_id, p.epoch) for p in producers])
+        stopping = await sync_to_async(cancel_requested_runs)([p.plan.run_id for p in producers])
+        for producer in producers:
+            if producer.conversation_id in fenced:
+                logger.warning("Conversation %s is held by a newer epoch; its producer stops.", producer.conversation_id)
+                producer.stop(Outcome.FENCED)
+            elif producer.plan.run_id in stopping:
+                producer.stop(Outcome.CANCELLED)
+
+    async def flush_recordings(self) -> None:
+        dirty = [p for p in self.producers.values() if p.recording_dirty]
+        if not dirty:
+            return
+        for producer in dirty:
+            producer.recording_dirty = False
+        fenced = await recording_store().aput_many([p.recording() for p in dirty])
+        for producer in dirty:
+            if producer.conversation_id in fenced:
+                producer.stop(Outcome.FENCED)
+
+    async def checkpoint_due(self) -> None:
+        now = time.monotonic()
+        for producer in list(self.producers.values()):
+            if now - producer.last_checkpoint >= app_settings.CHECKPOINT_INTERVAL:
+                try:
+                    await producer.save_checkpoint()
+                except Fenced:
+                    producer.stop(Outcome.FENCED)
+
+    def enforce_max_run_time(self) -> None:
+        now = time.monotonic()
+        for producer in list(self.producers.values()):
+            if now - producer.started > app_settings.MAX_RUN_TIME:
+                producer.stop(Outcome.ERRORED)
+
+
+def new_run_id() -> uuid.UUID:
+    return uuid7()

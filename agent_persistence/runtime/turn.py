@@ -1,0 +1,177 @@
+"""What an agent sees of its turn: transcript, state, streaming, tools, interrupts, cancellation."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import uuid
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from ..models import InterruptKind, Message
+from ..scope import Scope
+
+if TYPE_CHECKING:
+    from .producer import Producer
+
+# Deterministic interrupt ids: the same question in a re-driven run has the same id.
+INTERRUPT_NAMESPACE = uuid.UUID("6f0b4a52-36b4-4d55-9c3a-3f1e4b0f7a10")
+
+
+class TurnSuspended(Exception):
+    """Raised inside ``run`` when an interrupt awaits an answer: the run ends as interrupted."""
+
+    def __init__(self, interrupt_id: uuid.UUID) -> None:
+        self.interrupt_id = interrupt_id
+        super().__init__(f"Waiting for the answer to interrupt {interrupt_id}.")
+
+
+class Turn:
+    """One run of an agent for one turn.
+
+    - ``transcript``: the stored messages of the conversation, oldest first,
+      ending with the user message of this turn (clients send only that one).
+    - ``state``: the agent's working state, restored from the last checkpoint;
+      mutate it freely, it is saved every ``CHECKPOINT_INTERVAL`` seconds,
+      after every tool call and when the run ends.
+    - ``resumed``: true when this run continues a turn (after a crash or an
+      answered interrupt) rather than starting it.
+    - ``cancelled``: true once a stop was requested; the agent should return
+      soon (the runtime also cancels it at its next ``await``).
+    """
+
+    def __init__(
+        self,
+        *,
+        producer: "Producer",
+        scope: Scope,
+        conversation_id: uuid.UUID,
+        message_id: uuid.UUID,
+        run_id: uuid.UUID,
+        transcript: list[Message],
+        state: dict[str, Any],
+        resumed: bool,
+        text: str = "",
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_results: dict[str, Any] | None = None,
+        answers: dict[str, Any] | None = None,
+    ) -> None:
+        self._producer = producer
+        self.scope = scope
+        self.conversation_id = conversation_id
+        self.message_id = message_id
+        self.run_id = run_id
+        self.transcript = transcript
+        self.state = state
+        self.resumed = resumed
+        self._text = text
+        self._tool_calls = tool_calls or []
+        self._tool_results = tool_results or {}
+        self._answers = answers or {}
+
+    @property
+    def user_message(self) -> Message | None:
+        for message in reversed(self.transcript):
+            if message.role == "user":
+                return message
+        return None
+
+    @property
+    def text(self) -> str:
+        """The answer streamed so far (restored text included)."""
+        return self._text
+
+    @property
+    def cancelled(self) -> bool:
+        return self._producer.cancel_requested
+
+    def stream(self, text: str) -> None:
+        """Append ``text`` to the answer. It reaches followers within one flush interval.
+
+        Deliberately not a coroutine: streaming and the state change that goes
+        with it (``turn.state[...] = ...`` on the next line) happen with no
+        ``await`` between them, so a checkpoint always holds both or neither.
+        """
+        if not isinstance(text, str):
+            raise TypeError("turn.stream() takes text.")
+        if text:
+            self._text += text
+            self._producer.message_changed()
+
+    def message(self) -> dict[str, Any]:
+        """The cumulative assistant message as followers and the transcript see it."""
+        message: dict[str, Any] = {"role": "assistant", "content": self._text}
+        if self._tool_calls:
+            message["tool_calls"] = copy.deepcopy(self._tool_calls)
+        return message
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a re-driven run needs, as one JSON-able blob."""
+        return {
+            "message_id": str(self.message_id),
+            "agent": copy.deepcopy(self.state),
+            "text": self._text,
+            "tool_calls": copy.deepcopy(self._tool_calls),
+            "tool_results": copy.deepcopy(self._tool_results),
+        }
+
+    async def tool(
+        self,
+        call_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        func: Callable[..., Any] | Callable[..., Awaitable[Any]],
+        *,
+        approval: bool = False,
+    ) -> Any:
+        """Call a tool once per ``call_id``, ever.
+
+        A call completed before a crash returns its recorded result and does not
+        run again. With ``approval``, a person must approve it first (a
+        ``tool_approval`` interrupt); a denial returns ``{"denied": True, ...}``
+        without running the tool.
+        """
+        if call_id in self._tool_results:
+            return self._tool_results[call_id]
+        if approval:
+            answer = await self.interrupt(
+                f"tool:{call_id}",
+                kind=InterruptKind.TOOL_APPROVAL,
+                payload={"tool_call_id": call_id, "name": name, "arguments": arguments},
+            )
+            if not (isinstance(answer, dict) and answer.get("approved") is True):
+                result: Any = {"denied": True, "reason": answer.get("reason") if isinstance(answer, dict) else None}
+                await self._record_tool(call_id, name, arguments, result)
+                return result
+        result = func(**arguments)
+        if inspect.isawaitable(result):
+            result = await result
+        await self._record_tool(call_id, name, arguments, result)
+        return result
+
+    async def _record_tool(self, call_id: str, name: str, arguments: dict[str, Any], result: Any) -> None:
+        self._tool_results[call_id] = result
+        self._tool_calls.append({"id": call_id, "name": name, "arguments": arguments, "result": result})
+        self._producer.message_changed()
+        # The result is saved before the agent goes on, so a crash never runs the tool twice.
+        await self._producer.save_checkpoint()
+
+    async def interrupt(
+        self,
+        key: str,
+        *,
+        kind: str = InterruptKind.GENERIC,
+        payload: dict[str, Any] | None = None,
+        expires_in: float | None = None,
+    ) -> Any:
+        """Ask a person (or the client) and wait for the answer.
+
+        ``key`` names the question within the turn; a re-driven run that asks
+        the same question gets the recorded answer back at once. Otherwise the
+        run ends as interrupted and a later run of the turn continues here once
+        the conversation's pending interrupts are answered.
+        """
+        interrupt_id = uuid.uuid5(INTERRUPT_NAMESPACE, f"{self.message_id}:{key}")
+        if str(interrupt_id) in self._answers:
+            return self._answers[str(interrupt_id)]
+        await self._producer.raise_interrupt(interrupt_id, kind=kind, payload=payload or {}, expires_in=expires_in)
+        raise TurnSuspended(interrupt_id)
