@@ -245,6 +245,10 @@ def clean_run_id(value: Any) -> uuid.UUID | None:
     return None if value is None else parse_id(value, "run_id")
 
 
+class _RowAppeared(Exception):
+    """Rolls back the conversation's lock when a supervision row appeared while it was awaited."""
+
+
 class _Lost(Exception):
     """Rolls back a compare-and-swap whose second write found the row changed."""
 
@@ -464,16 +468,26 @@ def _lock_conversation(pk: uuid.UUID) -> Conversation:
 def _lock_turn(
     pk: uuid.UUID, lock_conversation: Callable[[], Conversation]
 ) -> tuple[TurnSupervision | None, Conversation]:
-    """Lock the supervision row (if any), then the conversation: the order fence() callers use.
+    """Lock the supervision row, then the conversation: the order fence() callers use.
 
-    Rows are inserted only under the conversation's lock, so a row that
-    appeared while this waited for it is read (and locked) once more.
+    Without a row there is nothing to lock first, so the conversation is
+    locked alone; rows are inserted only under that lock. If a row appeared
+    meanwhile, locking it now would invert the order (and deadlock with a
+    claimer that holds it and waits for the conversation), so the savepoint is
+    rolled back, releasing the conversation, and the row is locked first.
     """
-    row = lock_supervision(pk)
-    conversation = lock_conversation()
-    if row is None:
+    while True:
         row = lock_supervision(pk)
-    return row, conversation
+        if row is not None:
+            return row, lock_conversation()
+        try:
+            with transaction.atomic():
+                conversation = lock_conversation()
+                if not TurnSupervision.objects.filter(pk=pk).exists():
+                    return None, conversation
+                raise _RowAppeared()
+        except _RowAppeared:
+            continue
 
 
 def _take(conversation: Conversation, row: TurnSupervision | None, values: dict[str, Any], now: datetime) -> Claim:
