@@ -169,3 +169,55 @@ def test_a_paused_producer_is_fenced_after_a_takeover(turn_env: dict[str, str], 
     assert TurnSupervision.objects.get(pk=conversation_id).epoch == 2
     first_run = Run.objects.get(conversation_id=conversation_id, epoch=1)
     assert first_run.status == "aborted" and first_run.error["code"] == "producer_lost"
+
+
+def reap(resume: bool) -> list[Any]:
+    """What ``manage.py reap_turns`` does, in this process, with the crash tests' timings."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+    from django.test import override_settings
+
+    from agent_persistence.runtime.producer import Supervisor
+    from agent_persistence.runtime.turns import reap_dead_turns
+
+    async def main() -> list[Any]:
+        try:
+            handled = await reap_dead_turns(resume=resume)
+            producers = list(Supervisor.current().producers.values())
+            await asyncio.gather(*(p.task for p in producers if p.task is not None))
+            return handled
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    timings = {"HEARTBEAT_INTERVAL": 0.2, "DEAD_AFTER": DEAD_AFTER, "RECORDING_FLUSH_INTERVAL": 0.1, "CHECKPOINT_INTERVAL": 0.5}
+    from django.conf import settings
+
+    with override_settings(AGENT_PERSISTENCE={**settings.AGENT_PERSISTENCE, **timings}):
+        return asyncio.run(main())
+
+
+def test_the_reaper_resumes_a_dead_turn(turn_env: dict[str, str], alice: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    process, conversation_id, message_id = start_a(turn_env, alice)
+    wait_for(lambda: checkpoint_next(conversation_id) >= 10, what="a checkpoint")
+    kill(process)
+    assert reap(resume=True) == []  # not dead yet: the heartbeat is fresh
+    time.sleep(DEAD_AFTER + 0.3)
+    monkeypatch.setenv("AP_TOOL_LOG", turn_env["AP_TOOL_LOG"])
+    assert reap(resume=True) == [conversation_id]
+    assert_exact_answer(conversation_id, message_id)
+    assert tool_log(turn_env).count("done q1") == 1
+
+
+def test_the_reaper_closes_out_a_dead_turn_with_its_partial_answer(turn_env: dict[str, str], alice: Any) -> None:
+    process, conversation_id, message_id = start_a(turn_env, alice)
+    wait_for(lambda: StreamRecording.objects.filter(pk=conversation_id, index__gte=10).exists(), what="streaming")
+    kill(process)
+    time.sleep(DEAD_AFTER + 0.3)
+    partial = StreamRecording.objects.get(pk=conversation_id).message["content"]
+    assert reap(resume=False) == [conversation_id]
+    (answer,) = Message.objects.filter(conversation_id=conversation_id, role="assistant")
+    assert answer.id == message_id and answer.content == partial and ANSWER.startswith(partial)
+    assert TurnSupervision.objects.get(pk=conversation_id).status == "errored"
+    assert Run.objects.get(conversation_id=conversation_id).status == "failed"

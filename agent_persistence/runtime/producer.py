@@ -233,6 +233,7 @@ class Producer:
     # -- the run -----------------------------------------------------------------------------
 
     async def drive(self) -> Outcome:
+        """Run the agent to an outcome and seal it; ``launch()`` registered the producer already."""
         supervisor = Supervisor.current()
         supervisor.add(self)
         try:

@@ -131,6 +131,7 @@ def launch(plan: TurnPlan) -> TurnHandle:
     producer = Producer(plan, get_agent(plan.agent_name))
     task = asyncio.get_running_loop().create_task(producer.drive(), name=f"agent_persistence.turn.{plan.message_id}")
     producer.task = task
+    Supervisor.current().add(producer)  # visible (heartbeat, stop) before the task first runs
     return TurnHandle(plan.conversation_id, plan.message_id, plan.run_id, plan.epoch, plan.resumed, task)
 
 
