@@ -10,9 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import URLField
 from django.utils.translation import gettext_lazy as _
 
 from . import models
+
+
+# Callback and endpoint URLs are https unless they say otherwise (Django 6's default, today).
+URL_FIELDS = {URLField: {"assume_scheme": "https"}}
 
 
 class MessageInline(admin.TabularInline):
@@ -145,6 +150,7 @@ class StoredFileAdmin(admin.ModelAdmin):
 
 @admin.register(models.Task)
 class TaskAdmin(admin.ModelAdmin):
+    formfield_overrides = URL_FIELDS
     list_display = ("title", "tenant", "owner", "conversation", "status", "created_at", "updated_at")
     list_filter = ("status", "tenant")
     search_fields = ("id", "title", "owner", "conversation__id")
@@ -174,6 +180,7 @@ def _presence(field_name: str) -> Any:
 
 @admin.register(models.McpIntegration)
 class McpIntegrationAdmin(SecretPresenceMixin, admin.ModelAdmin):
+    formfield_overrides = URL_FIELDS
     secret_fields = ("pending_code_verifier", "access_token", "refresh_token")
     list_display = ("server", "tenant", "user", "has_access_token", "has_refresh_token", "token_expires_at", "pending_expires_at")
     search_fields = ("server", "user")
