@@ -6,9 +6,9 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import storage
+from . import checkpoints, runtime, storage
 
-BENCHMARKS: dict[str, ModuleType] = {"storage": storage}
+BENCHMARKS: dict[str, ModuleType] = {"storage": storage, "turns": runtime, "checkpoints": checkpoints}
 
 
 def main(argv: list[str] | None = None) -> int:

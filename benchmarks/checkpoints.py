@@ -1,0 +1,157 @@
+"""Checkpoint saves and loads: CheckpointStore beside langgraph-checkpoint-postgres's PostgresSaver.
+
+For JSON blobs of 1 KB, 100 KB and 1 MB: ``CheckpointStore.save`` (fenced by
+the epoch of a claimed turn) and ``CheckpointStore.load`` on one conversation,
+against ``PostgresSaver.put`` (the same blob as a channel value) and
+``PostgresSaver.get_tuple`` on one thread, on the same database. p50/p99 over
+every call; store and langgraph rounds alternate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from typing import Any, Callable
+
+from agent_persistence.scope import Scope
+
+from .database import FULL_DATABASE, conninfo_for
+from .measure import percentile
+from .report import Row, format_facts, format_value, machine_facts
+from .runtime import ensure_database, format_rows, progress
+
+SCOPE = Scope("bench-checkpoints", "bench-user")
+SIZES = {"1 KB": 1_000, "100 KB": 100_000, "1 MB": 1_000_000}
+THREAD_PREFIX = "bench-checkpoints-"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ops", type=int, default=100, help="saves and loads per size and side (default 100)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per size (default 2)")
+
+
+def blob(size: int) -> dict[str, Any]:
+    """A JSON object of about ``size`` bytes: a transcript-like list of 1 KB items."""
+    item = {"role": "assistant", "content": "x" * 940, "n": 0}
+    count = max(1, size // 1000)
+    return {"messages": [dict(item, n=index) for index in range(count)]}
+
+
+def claimed_conversation() -> tuple[uuid.UUID, int, uuid.UUID]:
+    from agent_persistence.stores import conversation_store, supervision_store
+
+    conversation = conversation_store().create(SCOPE)
+    message_id = uuid.uuid4()
+    claim = supervision_store().claim(SCOPE, conversation.pk, message_id=message_id, replica="bench")
+    return conversation.pk, claim.epoch, message_id
+
+
+def timed(operation: Callable[[], Any], count: int) -> list[float]:
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        operation()
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+class Ours:
+    def __init__(self) -> None:
+        from agent_persistence.stores import checkpoint_store
+
+        self.store = checkpoint_store()
+        self.conversation_id, self.epoch, self.message_id = claimed_conversation()
+
+    def save(self, state: dict[str, Any]) -> None:
+        self.store.save(self.conversation_id, state, epoch=self.epoch, message_id=self.message_id)
+
+    def load(self) -> dict[str, Any]:
+        return self.store.load(self.conversation_id)
+
+
+class LangGraph:
+    def __init__(self, connection: Any) -> None:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        self.saver = PostgresSaver(connection)
+        self.saver.setup()
+        self.config = {"configurable": {"thread_id": f"{THREAD_PREFIX}{uuid.uuid4()}", "checkpoint_ns": ""}}
+        self.version: Any = None
+
+    def save(self, state: dict[str, Any]) -> None:
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        from agent_persistence.ids import uuid7
+
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = str(uuid7())  # rising, as langgraph's own uuid6 ids are
+        self.version = self.saver.get_next_version(self.version, None)
+        checkpoint["channel_values"] = {"state": state}
+        checkpoint["channel_versions"] = {"state": self.version}
+        self.config = self.saver.put(self.config, checkpoint, {"source": "loop", "step": 1}, {"state": self.version})
+
+    def load(self) -> dict[str, Any]:
+        config = {"configurable": {k: v for k, v in self.config["configurable"].items() if k != "checkpoint_id"}}
+        found = self.saver.get_tuple(config)
+        return found.checkpoint["channel_values"]["state"]
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    ensure_database(FULL_DATABASE)
+    import psycopg
+    from psycopg.rows import dict_row
+
+    facts_connection = psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True)
+    facts = machine_facts(facts_connection)
+    # What langgraph's own from_conn_string opens: autocommit, prepared statements off, dict rows.
+    lg_connection = psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True, prepare_threshold=0, row_factory=dict_row)
+    import importlib.metadata
+
+    facts.append(("langgraph", f"langgraph-checkpoint-postgres {importlib.metadata.version('langgraph-checkpoint-postgres')}, "
+                               f"langgraph-checkpoint {importlib.metadata.version('langgraph-checkpoint')}"))
+    rows: list[Row] = []
+    try:
+        for label, size in SIZES.items():
+            state = blob(size)
+            ours, theirs = Ours(), LangGraph(lg_connection)
+            # Warm-up (and check that each side gives back what it saved).
+            for side in (ours, theirs):
+                for _ in range(3):
+                    side.save(state)
+                if side.load() != state:
+                    raise RuntimeError(f"{type(side).__name__} did not load back the {label} blob.")
+            samples: dict[tuple[str, str], list[float]] = {}
+            for repeat in range(args.rounds):
+                order = (("ours", ours), ("theirs", theirs))
+                for name, side in order if repeat % 2 == 0 else order[::-1]:
+                    progress(f"{label}: {name} round {repeat + 1}")
+                    samples.setdefault((name, "save"), []).extend(timed(lambda: side.save(state), args.ops))
+                    samples.setdefault((name, "load"), []).extend(timed(side.load, args.ops))
+            for operation in ("save", "load"):
+                for fraction, tag in ((0.5, "p50"), (0.99, "p99")):
+                    rows.append(Row(
+                        f"{operation} {label} JSON ({args.ops * args.rounds} ops) {tag}", "ms",
+                        percentile(samples[("ours", operation)], fraction) * 1000,
+                        percentile(samples[("theirs", operation)], fraction) * 1000,
+                    ))
+    finally:
+        cleanup(lg_connection)
+        lg_connection.close()
+    facts.append(("took", f"{time.monotonic() - started:.0f} s"))
+    print(format_facts(facts))
+    print()
+    table = [(row.figure, row.unit, format_value(row.store), format_value(row.raw), f"{row.ratio:.2f}") for row in rows]
+    print(format_rows(("figure", "unit", "ours", "langgraph", "ours/langgraph"), table))
+    print()
+    print("ratio = ours / langgraph PostgresSaver: above 1 ours is slower.")
+    return 0
+
+
+def cleanup(lg_connection: Any) -> None:
+    from agent_persistence.models import Conversation
+
+    Conversation.objects.filter(tenant=SCOPE.tenant).delete()
+    for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
+        lg_connection.execute(f"DELETE FROM {table} WHERE thread_id LIKE %s", [THREAD_PREFIX + "%"])
