@@ -278,3 +278,26 @@ def test_a_fenced_producer_stops_within_a_heartbeat_and_writes_nothing_more(alic
     assert assistant_messages(conversation_id) == []
     assert Run.objects.get(pk=handle.run_id).status == "running"
     assert not Event.objects.filter(conversation_id=conversation_id, type="status_idle").exists()
+
+
+def test_a_new_turn_over_a_dead_producer_records_the_old_run_as_lost(alice: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agent_persistence.runtime.turns import begin_turn
+
+    conversation_id = uuid.uuid4()
+    dead = begin_turn(alice, conversation_id, content="first", agent="echo")  # claimed, never driven
+    TurnSupervision.objects.filter(pk=conversation_id).update(heartbeat_at=timezone.now() - timedelta(seconds=5))
+
+    async def scenario() -> Any:
+        handle = await start_turn(alice, conversation_id, content="second", agent="echo")
+        return handle, await handle.task
+
+    handle, outcome = run(scenario())
+    assert outcome is Outcome.COMPLETED
+    lost = Run.objects.get(pk=dead.run_id)
+    assert lost.status == "aborted" and lost.error["code"] == "producer_lost"
+    assert Event.objects.filter(conversation_id=conversation_id, type="producer_lost").count() == 1
+    assert TurnSupervision.objects.get(pk=conversation_id).epoch == 2

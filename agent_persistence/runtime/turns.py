@@ -92,6 +92,13 @@ def _running_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, **extra
     return {"type": "status_running", "data": {"message_id": str(message_id), "run_id": str(run_id), "epoch": epoch, **extra}}
 
 
+def _abort_lost_runs(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID) -> None:
+    """Record the unfinished runs of a dead producer's turn as aborted (``producer_lost``)."""
+    lost = Run.objects.filter(conversation_id=conversation_id, message_id=message_id, status__in=("running", "interrupted"))
+    for run in lost:
+        run_store().finish(scope, run.pk, "aborted", error=PRODUCER_LOST)
+
+
 # -- start -------------------------------------------------------------------------------------
 
 
@@ -119,9 +126,14 @@ def begin_turn(scope: Scope, conversation_id: Any, *, content: Any, agent: str |
             create=True, agent=agent_name,
         )
         claim = supervision_store().claim(scope, conversation_id, message_id=message_id, run_id=run_id, replica=replica_id())
+        events = [_running_event(message_id, run_id, claim.epoch)]
+        if claim.taken_over and claim.previous is not None:
+            # A new turn replaces a dead producer's: record the old one as lost, not running forever.
+            events.insert(0, {"type": "producer_lost", "data": {"message_id": str(claim.previous.message_id), "epoch": claim.previous.epoch}})
+            _abort_lost_runs(scope, conversation_id, claim.previous.message_id)
         run_store().create_or_resume(scope, conversation_id, id=run_id, message_id=message_id, name=agent_name, epoch=claim.epoch)
         Conversation.objects.filter(pk=conversation_id).update(last_turn_status="running")
-        event_store().append(scope, conversation_id, [_running_event(message_id, run_id, claim.epoch)], run_id=run_id)
+        event_store().append(scope, conversation_id, events, run_id=run_id)
         conversation = Conversation.objects.get(pk=conversation_id)
     return _plan(scope, conversation, message_id=message_id, run_id=run_id, epoch=claim.epoch, agent_name=agent_name, resumed=False)
 
@@ -208,9 +220,7 @@ def begin_resume(scope: Scope, conversation_id: Any, *, message_id: Any = None) 
     run_id = new_run_id()
     with transaction.atomic():
         claim = supervision_store().claim_for_resume(scope, conversation.pk, message_id=message_id, replica=replica_id())
-        lost = Run.objects.filter(conversation=conversation, message_id=message_id, status__in=("running", "interrupted"))
-        for run in lost:
-            run_store().finish(scope, run.pk, "aborted", error=PRODUCER_LOST)
+        _abort_lost_runs(scope, conversation.pk, message_id)
         agent_name = conversation.agent
         previous = Run.objects.filter(conversation=conversation, message_id=message_id).order_by("-started_at").first()
         if previous is not None and previous.name:
