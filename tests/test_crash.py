@@ -221,3 +221,61 @@ def test_the_reaper_closes_out_a_dead_turn_with_its_partial_answer(turn_env: dic
     assert answer.id == message_id and answer.content == partial and ANSWER.startswith(partial)
     assert TurnSupervision.objects.get(pk=conversation_id).status == "errored"
     assert Run.objects.get(conversation_id=conversation_id).status == "failed"
+
+
+def test_the_in_process_reaper_resumes_a_dead_turn(turn_env: dict[str, str], alice: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With REAPER_ENABLED, a process hosting producers resumes dead turns by itself."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.conf import settings
+    from django.db import connections
+    from django.test import override_settings
+
+    from agent_persistence.runtime.producer import Supervisor
+
+    process, conversation_id, message_id = start_a(turn_env, alice)
+    wait_for(lambda: checkpoint_next(conversation_id) >= 10, what="a checkpoint")
+    kill(process)
+    monkeypatch.setenv("AP_TOOL_LOG", turn_env["AP_TOOL_LOG"])
+    reaper = {"REAPER_ENABLED": True, "REAPER_INTERVAL": 0.2, "HEARTBEAT_INTERVAL": 0.2, "DEAD_AFTER": DEAD_AFTER}
+
+    def wait_for_answer() -> None:
+        try:
+            wait_for(
+                lambda: Message.objects.filter(conversation_id=conversation_id, role="assistant").exists(),
+                20,
+                "the reaper to finish the turn",
+            )
+        finally:
+            connections.close_all()  # this worker thread's own connection
+
+    async def host() -> None:
+        supervisor = Supervisor.current()  # what any turn start or stop in this process does first
+        try:
+            await asyncio.to_thread(wait_for_answer)
+        finally:
+            background = [task for task in (supervisor._reaper, supervisor._ticker) if task is not None]
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await sync_to_async(connections.close_all)()
+
+    with override_settings(AGENT_PERSISTENCE={**settings.AGENT_PERSISTENCE, **reaper}):
+        asyncio.run(host())
+    connections.close_all()
+    assert_exact_answer(conversation_id, message_id)
+
+
+def test_resuming_a_live_or_finished_turn_is_refused(turn_env: dict[str, str], alice: Any) -> None:
+    from agent_persistence.exceptions import Busy, Gone
+    from agent_persistence.runtime.turns import begin_resume
+
+    process, conversation_id, message_id = start_a(turn_env, alice)
+    wait_for(lambda: StreamRecording.objects.filter(pk=conversation_id).exists(), what="streaming")
+    with pytest.raises(Busy):
+        begin_resume(alice, conversation_id, message_id=message_id)
+    assert finish(process)["outcome"] == "completed"
+    with pytest.raises(Gone):
+        begin_resume(alice, conversation_id, message_id=message_id)
+    assert Run.objects.filter(conversation_id=conversation_id).count() == 1
