@@ -13,7 +13,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
 demo: venv
@@ -28,4 +28,5 @@ test-postgres: venv
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)

@@ -1,0 +1,22 @@
+"""The API's URLconf: ``path("api/", include("agent_persistence.api.urls"))``.
+
+Ids in paths are taken as text, so a malformed id answers the same JSON 404 as
+an unknown one.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from .routes import conversations, files, tasks, turns
+
+app_name = "agent_persistence"
+
+urlpatterns = [
+    *conversations.urlpatterns,
+    *turns.urlpatterns,
+    *files.urlpatterns,
+    *tasks.urlpatterns,
+    path("schema/", SpectacularAPIView.as_view(urlconf="agent_persistence.api.urls"), name="schema"),
+]

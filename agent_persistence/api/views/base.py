@@ -1,0 +1,31 @@
+"""The base view of every endpoint: scope resolution, error mapping, OpenAPI schema."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from drf_spectacular.openapi import AutoSchema
+from rest_framework.views import APIView
+
+from ...scope import Scope
+from ..errors import exception_handler
+from ..permissions import HasScope, resolve_scope
+
+
+class ScopedAPIView(APIView):
+    """An APIView whose requests carry a Scope and whose errors use this app's handler.
+
+    Authentication stays the host's (``REST_FRAMEWORK['DEFAULT_AUTHENTICATION_CLASSES']``).
+    """
+
+    permission_classes = [HasScope]
+    schema = AutoSchema()
+
+    def get_exception_handler(self) -> Callable[..., Any]:
+        return exception_handler
+
+    @property
+    def scope(self) -> Scope:
+        scope = resolve_scope(self.request)
+        assert scope is not None, "HasScope let an unscoped request through"
+        return scope
