@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from .routes import conversations, files, tasks, turns
+from .routes import conversations, files, oauth, tasks, turns
 
 app_name = "agent_persistence"
 
@@ -18,5 +18,6 @@ urlpatterns = [
     *turns.urlpatterns,
     *files.urlpatterns,
     *tasks.urlpatterns,
+    *oauth.urlpatterns,
     path("schema/", SpectacularAPIView.as_view(urlconf="agent_persistence.api.urls"), name="schema"),
 ]
