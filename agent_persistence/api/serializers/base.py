@@ -1,0 +1,65 @@
+"""Serializers every resource shares: the error body and a strict input base.
+
+Input serializers derive from :class:`StrictSerializer`, which refuses fields
+it does not declare with a 400 whose code is ``unknown_field`` (DRF would
+silently drop them). :func:`error_responses` documents error statuses in the
+OpenAPI schema with :class:`ErrorSerializer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+
+from ...exceptions import Validation
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "Bad request: malformed JSON (malformed_request), a wrong value (invalid), an unknown field (unknown_field).",
+    401: "Not authenticated.",
+    403: "Not allowed: a reader of a shared conversation writing (conversation_not_owned), or no permission.",
+    404: "Not found, or not visible to the caller (not_found).",
+    409: "Conflicts with the current state.",
+    410: "No longer available (gone).",
+    412: "The If-Match version is stale (version_mismatch, details.current_version).",
+    413: "The body or file is larger than the configured limit (too_large).",
+    415: "Unsupported media type.",
+}
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The body of every error response."""
+
+    code = serializers.CharField(help_text="A stable, machine-readable error code.")
+    message = serializers.CharField(help_text="A human-readable message.")
+    details = serializers.JSONField(required=False, help_text="Structured details (field errors, current version...).")
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """``{status: OpenApiResponse(ErrorSerializer)}`` for ``@extend_schema(responses=...)``."""
+    return {
+        status: OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS.get(status, "Error."))
+        for status in statuses
+    }
+
+
+class StrictSerializer(serializers.Serializer):
+    """A serializer that refuses undeclared fields with ``unknown_field`` (400).
+
+    Read-only fields count as unknown in input: a client cannot set them.
+    Nested strict serializers check their own level.
+    """
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            writable = {name for name, field in self.fields.items() if not field.read_only}
+            unknown = sorted(str(key) for key in data if key not in writable)
+            if unknown:
+                raise Validation(
+                    f"Unknown field(s): {', '.join(unknown)}.",
+                    code="unknown_field",
+                    fields=unknown,
+                )
+        return super().to_internal_value(data)
