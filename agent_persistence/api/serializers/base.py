@@ -63,3 +63,55 @@ class StrictSerializer(serializers.Serializer):
                     fields=unknown,
                 )
         return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    """Text only: a number or a boolean is ``invalid`` rather than turned into text."""
+
+    default_error_messages = {"invalid": "Not a valid string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON ``true`` or ``false`` only."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class JSONObjectField(serializers.DictField):
+    """A JSON object with values of any JSON type."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("child", serializers.JSONField())
+        super().__init__(**kwargs)
+
+
+class JSONArrayField(serializers.ListField):
+    """A JSON array with items of any JSON type."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("child", serializers.JSONField())
+        super().__init__(**kwargs)
+
+
+def page_serializer(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    """The serializer (for the schema) of a page of ``item``: items, total, limit, offset, has_more."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "__doc__": f"A page of {item.__name__.removesuffix('Serializer')}.",
+            "items": item(many=True),
+            "total": serializers.IntegerField(),
+            "limit": serializers.IntegerField(),
+            "offset": serializers.IntegerField(),
+            "has_more": serializers.BooleanField(),
+        },
+    )
