@@ -1,5 +1,22 @@
-"""URL patterns for conversations (see api/urls.py)."""
+"""URL patterns for conversations, their messages, sharing and events (see api/urls.py)."""
 
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import URLPattern, path
+
+from ..views import conversations as views
+
+urlpatterns: list[URLPattern] = [
+    path("conversations/", views.ConversationListView.as_view(), name="conversation-list"),
+    path("conversations/<str:conversation_id>/", views.ConversationDetailView.as_view(), name="conversation-detail"),
+    path(
+        "conversations/<str:conversation_id>/share/", views.ConversationShareView.as_view(), name="conversation-share"
+    ),
+    path("conversations/<str:conversation_id>/messages/", views.MessageListView.as_view(), name="message-list"),
+    path(
+        "conversations/<str:conversation_id>/messages/<str:message_id>/",
+        views.MessageDetailView.as_view(),
+        name="message-detail",
+    ),
+    path("conversations/<str:conversation_id>/events/", views.EventListView.as_view(), name="event-list"),
+]
