@@ -38,6 +38,7 @@ from ..models import Conversation, Interrupt, Run
 from ..scope import Scope
 from ..stores import checkpoint_store, interrupt_store, recording_store, run_store, supervision_store
 from ..stores.supervision import fence
+from . import hooks
 from .agents import Agent
 from .turn import Turn, TurnSuspended
 
@@ -151,6 +152,7 @@ class Producer:
         self.epoch = plan.epoch
         self.index = plan.start_index
         self.recording_dirty = True
+        self.publish_pending = False
         self.cancel_requested = False
         self.fenced = False
         self.stop_reason: Outcome | None = None
@@ -179,11 +181,33 @@ class Producer:
     def message_changed(self) -> None:
         self.index += 1
         self.recording_dirty = True
+        if hooks.stream_listeners and not self.publish_pending and not self.fenced:
+            # One publish per loop iteration, however many chunks were streamed in it.
+            self.publish_pending = True
+            asyncio.get_running_loop().call_soon(self.publish)
+
+    def publish(self) -> None:
+        self.publish_pending = False
+        if self.fenced:
+            return
+        message = self.turn.message()
+        hooks.publish(hooks.StreamUpdate(
+            self.conversation_id, self.plan.message_id, self.epoch, self.index, message["content"], message.get("tool_calls"),
+        ))
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {
+            "conversation_id": self.conversation_id,
+            "state": self.turn.snapshot(),
+            "epoch": self.epoch,
+            "message_id": self.plan.message_id,
+        }
 
     async def save_checkpoint(self) -> None:
-        snapshot = self.turn.snapshot()
+        """Save the checkpoint now (after a tool call, before going idle, at the end)."""
         self.last_checkpoint = time.monotonic()
-        await checkpoint_store().asave(self.conversation_id, snapshot, epoch=self.epoch, message_id=self.plan.message_id)
+        checkpoint = self.checkpoint()
+        await checkpoint_store().asave(checkpoint.pop("conversation_id"), **checkpoint)
 
     async def raise_interrupt(self, interrupt_id: uuid.UUID, *, kind: str, payload: dict[str, Any], expires_in: float | None) -> None:
         expires_at = timezone.now() + timedelta(seconds=expires_in) if expires_in else None
@@ -416,13 +440,17 @@ class Supervisor:
                 producer.stop(Outcome.FENCED)
 
     async def checkpoint_due(self) -> None:
+        """Save every checkpoint that is due in one transaction (one fence, one upsert)."""
         now = time.monotonic()
-        for producer in list(self.producers.values()):
-            if now - producer.last_checkpoint >= app_settings.CHECKPOINT_INTERVAL:
-                try:
-                    await producer.save_checkpoint()
-                except Fenced:
-                    producer.stop(Outcome.FENCED)
+        due = [p for p in self.producers.values() if now - p.last_checkpoint >= app_settings.CHECKPOINT_INTERVAL]
+        if not due:
+            return
+        for producer in due:
+            producer.last_checkpoint = now
+        unsaved = await checkpoint_store().asave_many([p.checkpoint() for p in due])
+        for producer in due:
+            if producer.conversation_id in unsaved:
+                producer.stop(Outcome.FENCED)
 
     def enforce_max_run_time(self) -> None:
         now = time.monotonic()

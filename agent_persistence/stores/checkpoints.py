@@ -8,6 +8,7 @@ Saves are fenced by the producer's epoch; a state whose JSON is larger than
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -18,7 +19,7 @@ from ..exceptions import Fenced, StorageLimit, Validation
 from ..models import AgentCheckpoint
 from ..scope import Scope
 from .base import async_twin, clean_object, json_size, lookup_id, parse_id, readable_conversation
-from .supervision import clean_lease_epoch, fence
+from .supervision import clean_lease_epoch, fence, fence_many, upsert_unless_newer
 
 
 def clean_state(state: Any) -> tuple[dict[str, Any], int]:
@@ -71,6 +72,36 @@ class CheckpointStore:
                 # The row exists, so the UPDATE missed it: a newer epoch saved it.
                 raise Fenced(conversation_id=str(pk), epoch=epoch) from None
 
+    def save_many(self, checkpoints: list[dict[str, Any]]) -> set[uuid.UUID]:
+        """Save a process's due checkpoints in one transaction; return the conversation ids NOT saved.
+
+        Each item has ``conversation_id``, ``state``, ``epoch`` and optionally
+        ``message_id``. A fenced one, or one older than the stored checkpoint,
+        is reported instead of raised; an invalid or oversized state is
+        Validation / StorageLimit and nothing is written.
+        """
+        now = timezone.now()
+        rows: dict[uuid.UUID, dict[str, Any]] = {}
+        for item in checkpoints:
+            pk = lookup_id(item["conversation_id"])
+            state, size = clean_state(item["state"])
+            message_id = item.get("message_id")
+            rows[pk] = {
+                "conversation": pk,
+                "state": state,
+                "size": size,
+                "message_id": None if message_id is None else parse_id(message_id, "message_id"),
+                "epoch": clean_lease_epoch(item["epoch"]),
+                "saved_at": now,
+            }
+        if not rows:
+            return set()
+        with transaction.atomic():
+            fenced = fence_many([(pk, row["epoch"]) for pk, row in rows.items()], now=now)
+            allowed = [row for pk, row in rows.items() if pk not in fenced]
+            written = upsert_unless_newer(AgentCheckpoint, allowed) if allowed else set()
+        return set(rows) - written
+
     def delete(self, conversation_id: Any) -> None:
         """Forget the conversation's state; nothing happens when there is none."""
         AgentCheckpoint.objects.filter(pk=lookup_id(conversation_id)).delete()
@@ -78,4 +109,5 @@ class CheckpointStore:
     aload = async_twin("load")
     aload_for = async_twin("load_for")
     asave = async_twin("save")
+    asave_many = async_twin("save_many")
     adelete = async_twin("delete")

@@ -25,7 +25,7 @@ from ..exceptions import Validation
 from ..models import StreamRecording, SupervisionStatus
 from ..scope import Scope
 from .base import async_twin, clean_datetime, clean_object, lookup_id, parse_id, readable_conversation
-from .supervision import BATCH_CHUNK_SIZE, as_uuid, clean_lease_epoch, fence, fence_many
+from .supervision import clean_lease_epoch, fence, fence_many, upsert_unless_newer
 
 RECORD_KEYS = frozenset({"conversation_id", "message_id", "index", "message", "epoch"})
 
@@ -69,44 +69,19 @@ def clean_batch(records: Any) -> list[RecordingWrite]:
 
 
 def upsert(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
-    """Write each record unless a newer epoch's record is stored; return the ids written.
-
-    ``INSERT ... ON CONFLICT DO UPDATE ... WHERE epoch <= new epoch``: the
-    check and the write are one statement, atomic on both databases.
-    """
-    written: set[uuid.UUID] = set()
-    for start in range(0, len(records), BATCH_CHUNK_SIZE):
-        written |= _upsert_chunk(records[start : start + BATCH_CHUNK_SIZE], now)
-    return written
-
-
-def _upsert_chunk(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
-    meta = StreamRecording._meta
-    quote = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in ("conversation", "message_id", "index", "message", "epoch", "updated_at")]
-    columns = [quote(field.column) for field in fields]
-    table, id_column, epoch_column = quote(meta.db_table), columns[0], columns[4]
-    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    sql = (
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([placeholders] * len(records))} "
-        f"ON CONFLICT ({id_column}) DO UPDATE SET "
-        + ", ".join(f"{column} = excluded.{column}" for column in columns[1:])
-        + f" WHERE {table}.{epoch_column} <= excluded.{epoch_column} RETURNING {id_column}"
-    )
-    conversation_field = fields[0].target_field
-    params: list[Any] = []
-    for record in records:
-        params += [
-            conversation_field.get_db_prep_value(record.conversation_id, connection),
-            fields[1].get_db_prep_value(record.message_id, connection),
-            record.index,
-            fields[3].get_db_prep_value(record.message, connection),
-            record.epoch,
-            fields[5].get_db_prep_value(now, connection),
-        ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {as_uuid(value) for (value,) in cursor.fetchall()}
+    """Write each record unless a newer epoch's record is stored; return the ids written."""
+    rows = [
+        {
+            "conversation": record.conversation_id,
+            "message_id": record.message_id,
+            "index": record.index,
+            "message": record.message,
+            "epoch": record.epoch,
+            "updated_at": now,
+        }
+        for record in records
+    ]
+    return upsert_unless_newer(StreamRecording, rows)
 
 
 class RecordingStore:

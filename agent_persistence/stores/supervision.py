@@ -521,3 +521,40 @@ def _write_claim(conversation: Conversation, row: TurnSupervision | None, values
 
 def _inconsistent() -> Conflict:
     return Conflict("The conversation's turn changed while it was being claimed; try again.", code="claim_conflict")
+
+
+def upsert_unless_newer(model: Any, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
+    """Write one row per conversation unless the stored row has a higher ``epoch``; return the ids written.
+
+    ``INSERT ... ON CONFLICT (pk) DO UPDATE ... WHERE epoch <= new epoch
+    RETURNING pk`` in chunks of :data:`BATCH_CHUNK_SIZE`: the check and the
+    write are one statement, atomic on PostgreSQL and SQLite alike. ``rows``
+    map field names (the primary key named ``conversation``) to values.
+    """
+    written: set[uuid.UUID] = set()
+    for start in range(0, len(rows), BATCH_CHUNK_SIZE):
+        written |= _upsert_chunk(model, rows[start : start + BATCH_CHUNK_SIZE])
+    return written
+
+
+def _upsert_chunk(model: Any, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
+    meta = model._meta
+    quote = connection.ops.quote_name
+    names = list(rows[0])
+    fields = [meta.get_field(name) for name in names]
+    columns = [quote(field.column) for field in fields]
+    table = quote(meta.db_table)
+    id_column = quote(meta.pk.column)
+    epoch_column = quote(meta.get_field("epoch").column)
+    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([placeholders] * len(rows))} "
+        f"ON CONFLICT ({id_column}) DO UPDATE SET "
+        + ", ".join(f"{column} = excluded.{column}" for column in columns if column != id_column)
+        + f" WHERE {table}.{epoch_column} <= excluded.{epoch_column} RETURNING {id_column}"
+    )
+    preparers = [getattr(field, "target_field", None) or field for field in fields]
+    params = [preparer.get_db_prep_value(row[name], connection) for row in rows for name, preparer in zip(names, preparers)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {as_uuid(value) for (value,) in cursor.fetchall()}

@@ -58,6 +58,37 @@ class CheckpointStoreContract:
         kwargs.setdefault("message_id", uuid.uuid4())
         return self.make_supervision_store().claim(ALICE, conversation.pk, **kwargs)
 
+    # -- batched saves (one transaction per supervisor tick) ---------------------------------
+
+    @pytest.mark.django_db
+    def test_save_many_saves_every_live_turn_and_reports_the_fenced_ones(self, store: Any) -> None:
+        live, fenced, stale = new_conversation(), new_conversation(), new_conversation()
+        live_claim, fenced_claim, stale_claim = self.start_turn(live), self.start_turn(fenced), self.start_turn(stale)
+        self.make_supervision_store().force_release(fenced.pk)
+        unsaved = store.save_many(
+            [
+                {"conversation_id": live.pk, "state": {"n": 1}, "epoch": live_claim.epoch, "message_id": live_claim.message_id},
+                {"conversation_id": fenced.pk, "state": {"n": 2}, "epoch": fenced_claim.epoch},
+                {"conversation_id": stale.pk, "state": {"n": 3}, "epoch": stale_claim.epoch + 1},
+            ]
+        )
+        assert unsaved == {fenced.pk, stale.pk}
+        assert store.load(live.pk) == {"n": 1} and checkpoint_of(live).message_id == live_claim.message_id
+        assert checkpoint_of(fenced) is None and checkpoint_of(stale) is None
+
+    @pytest.mark.django_db
+    def test_save_many_writes_nothing_when_one_state_is_too_large(self, store: Any) -> None:
+        small, large = new_conversation(), new_conversation()
+        small_claim, large_claim = self.start_turn(small), self.start_turn(large)
+        with max_state_bytes(100), pytest.raises(StorageLimit):
+            store.save_many(
+                [
+                    {"conversation_id": small.pk, "state": {"n": 1}, "epoch": small_claim.epoch},
+                    {"conversation_id": large.pk, "state": {"blob": "x" * 200}, "epoch": large_claim.epoch},
+                ]
+            )
+        assert checkpoint_of(small) is None and checkpoint_of(large) is None
+
     # -- load and save ------------------------------------------------------------------------
 
     @pytest.mark.django_db
