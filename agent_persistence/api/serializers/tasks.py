@@ -1,0 +1,62 @@
+"""Serializers of tasks: the task out, creation, changes, comments and the result in."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ...models.tasks import TaskStatus
+from .base import JSONArrayField, JSONObjectField, StrictCharField, StrictSerializer, page_serializer
+
+
+class TaskSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    conversation_id = serializers.UUIDField(allow_null=True)
+    agent = serializers.CharField(allow_null=True)
+    title = serializers.CharField()
+    description = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(choices=TaskStatus.choices)
+    comments = JSONArrayField(help_text='[{"id", "text", "author", "created_at"}], oldest first.')
+    callback_url = serializers.CharField(allow_null=True)
+    metadata = JSONObjectField()
+    error = serializers.JSONField(allow_null=True)
+    result = serializers.JSONField(allow_null=True)
+    result_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+TaskPageSerializer = page_serializer(TaskSerializer, "TaskPageSerializer")
+
+
+class TaskResultSerializer(serializers.Serializer):
+    result = serializers.JSONField(allow_null=True)
+    result_at = serializers.DateTimeField(allow_null=True)
+
+
+class TaskCreateInputSerializer(StrictSerializer):
+    title = StrictCharField(max_length=500)
+    description = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    conversation_id = serializers.UUIDField(required=False, allow_null=True)
+    agent = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=255)
+    status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
+    callback_url = StrictCharField(required=False, allow_null=True, max_length=2000)
+    metadata = JSONObjectField(required=False, allow_null=True)
+
+
+class TaskUpdateInputSerializer(StrictSerializer):
+    title = StrictCharField(required=False, max_length=500)
+    description = StrictCharField(required=False, allow_null=True, allow_blank=True)
+    conversation_id = serializers.UUIDField(required=False, allow_null=True)
+    status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
+    callback_url = StrictCharField(required=False, allow_null=True, max_length=2000)
+    metadata = JSONObjectField(required=False, allow_null=True)
+    error = serializers.JSONField(required=False, allow_null=True)
+
+
+class TaskCommentInputSerializer(StrictSerializer):
+    text = StrictCharField()
+    author = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=255)
+
+
+class TaskResultInputSerializer(StrictSerializer):
+    result = serializers.JSONField(allow_null=True, help_text="Any JSON value; null clears the result.")
