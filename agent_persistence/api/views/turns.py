@@ -1,0 +1,268 @@
+"""Views of turns (start, stream status, resume, cancel), runs and interrupts.
+
+Turns are driven on the process's producer loop (:mod:`agent_persistence.runtime.loop`):
+a view hands the runtime's coroutine to it and waits only for the claim, so the
+producer keeps running after the response. Everything else is one store call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ...runtime import loop
+from ...runtime.turns import TurnHandle, cancel_turn, continue_turn, resume_turn, start_turn
+from ...stores import interrupt_store, recording_store, run_store, supervision_store
+from ..pagination import page_body, paging
+from ..serializers.base import StrictSerializer, error_responses
+from ..serializers.turns import (
+    INTERRUPT_STATUS_FILTERS,
+    AnswerBatchSerializer,
+    AnsweredSerializer,
+    CancelledSerializer,
+    InterruptListSerializer,
+    InterruptSerializer,
+    ResumeTurnSerializer,
+    RunDetailSerializer,
+    RunPageSerializer,
+    RunSerializer,
+    StartTurnSerializer,
+    StreamStatusSerializer,
+    TurnStartedSerializer,
+)
+from .base import ScopedAPIView
+
+CONVERSATION_ID = OpenApiParameter(
+    "conversation_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The conversation's id."
+)
+RUN_ID = OpenApiParameter("run_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The run's id.")
+PAGING = [
+    OpenApiParameter("limit", OpenApiTypes.INT, description="Page size, 1..MAX_PAGE_SIZE (default DEFAULT_PAGE_SIZE)."),
+    OpenApiParameter("offset", OpenApiTypes.INT, description="Items to skip, 0 or more."),
+]
+READ_ERRORS = (400, 401, 403, 404)
+TAGS = ["turns"]
+
+
+def read_body(serializer_class: type[StrictSerializer], request: Request) -> dict[str, Any]:
+    """The validated body; an absent body is an empty object."""
+    data = request.data if request.data is not None else {}
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def optional_text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def turn_body(handle: TurnHandle) -> dict[str, Any]:
+    return {
+        "conversation_id": str(handle.conversation_id),
+        "message_id": str(handle.message_id),
+        "run_id": str(handle.run_id),
+        "epoch": handle.epoch,
+    }
+
+
+class EmptyBody(StrictSerializer):
+    """A request without fields: anything sent is an unknown field."""
+
+
+class TurnView(ScopedAPIView):
+    """Start a turn: the user's message is stored and a producer answers it on this server."""
+
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="turns_start",
+        parameters=[CONVERSATION_ID],
+        request=StartTurnSerializer,
+        responses={
+            202: TurnStartedSerializer,
+            **error_responses(400, 401, 403, 404, 409, 413, 415),
+        },
+        description=(
+            "Stores the user message (creating the conversation, owned by the caller, when the id is new: the id is "
+            "chosen by the client, and a malformed one is 400 invalid_id), claims the conversation and starts the "
+            "producer. 409 conversation_busy (details.occupant) while a live turn holds it; 409 interrupts_pending "
+            "(details.pending) while interrupts wait; 400 unknown_agent."
+        ),
+        examples=[
+            OpenApiExample("Start", value={"content": "What is the capital of France?", "agent": "assistant"}, request_only=True),
+        ],
+    )
+    def post(self, request: Request, conversation_id: str) -> Response:
+        body = read_body(StartTurnSerializer, request)
+        handle = loop.run(
+            start_turn(
+                self.scope,
+                conversation_id,
+                content=body["content"],
+                agent=body.get("agent"),
+                message_id=body.get("message_id"),
+                user_message_id=body.get("user_message_id"),
+                metadata=body.get("metadata"),
+            )
+        )
+        return Response(turn_body(handle), status=status.HTTP_202_ACCEPTED)
+
+
+class StreamStatusView(ScopedAPIView):
+    """Stream status discovery: which turn is in flight and whether its producer is alive, dead or done."""
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="turns_stream_status",
+        parameters=[CONVERSATION_ID],
+        responses={200: StreamStatusSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        turn = supervision_store().status(self.scope, conversation_id)
+        record = recording_store().read(self.scope, conversation_id)
+        recording = None
+        if record is not None and turn.message_id is not None and record.message_id == turn.message_id:
+            recording = {"index": record.index, "message": record.message}
+        return Response(
+            {
+                "state": turn.state,
+                "message_id": optional_text(turn.message_id),
+                "run_id": optional_text(turn.run_id),
+                "epoch": turn.epoch,
+                "replica": turn.replica,
+                "heartbeat_age": turn.heartbeat_age,
+                "recording": recording,
+            }
+        )
+
+
+class ResumeTurnView(ScopedAPIView):
+    """Take over a dead producer's turn and drive it on from its last checkpoint, on this server."""
+
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="turns_resume",
+        parameters=[CONVERSATION_ID],
+        request=ResumeTurnSerializer,
+        responses={202: TurnStartedSerializer, **error_responses(400, 401, 403, 404, 409, 410, 415)},
+        description="409 conversation_busy while the producer is alive; 410 turn_not_resumable when the turn finished, "
+        "another turn holds the conversation, or there is none.",
+    )
+    def post(self, request: Request, conversation_id: str) -> Response:
+        body = read_body(ResumeTurnSerializer, request)
+        handle = loop.run(resume_turn(self.scope, conversation_id, message_id=body.get("message_id")))
+        return Response(turn_body(handle), status=status.HTTP_202_ACCEPTED)
+
+
+class CancelTurnView(ScopedAPIView):
+    """Stop the conversation's turn: it ends as cancelled and keeps its partial answer."""
+
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="turns_cancel",
+        parameters=[CONVERSATION_ID],
+        request=None,
+        responses={202: CancelledSerializer, **error_responses(400, 401, 403, 404, 409, 415)},
+        description="409 no_turn_running when no run is running.",
+    )
+    def post(self, request: Request, conversation_id: str) -> Response:
+        read_body(EmptyBody, request)
+        run = loop.run(cancel_turn(self.scope, conversation_id))
+        return Response({"run_id": str(run.pk)}, status=status.HTTP_202_ACCEPTED)
+
+
+class ConversationRunsView(ScopedAPIView):
+    """The conversation's runs, subagents included, newest first."""
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="runs_list",
+        parameters=[
+            CONVERSATION_ID,
+            *PAGING,
+            OpenApiParameter("message_id", OpenApiTypes.UUID, description="Only this turn's runs."),
+        ],
+        responses={200: RunPageSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        message_id = request.query_params.get("message_id") or None
+        page = run_store().list(self.scope, conversation_id, message_id=message_id, **paging(request))
+        return Response(page_body(page, lambda run: RunSerializer(run).data))
+
+
+class RunDetailView(ScopedAPIView):
+    """One run and its direct child runs."""
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="runs_retrieve",
+        parameters=[RUN_ID],
+        responses={200: RunDetailSerializer, **error_responses(401, 403, 404)},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = run_store().get(self.scope, run_id)
+        children = run_store().children(self.scope, run.pk)
+        return Response(RunDetailSerializer(run, context={"children": children}).data)
+
+
+class InterruptsView(ScopedAPIView):
+    """The conversation's interrupts; answering a batch of them."""
+
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="interrupts_list",
+        parameters=[
+            CONVERSATION_ID,
+            OpenApiParameter(
+                "status", OpenApiTypes.STR, enum=INTERRUPT_STATUS_FILTERS, description="Default pending; all for every one."
+            ),
+        ],
+        responses={200: InterruptListSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        wanted = request.query_params.get("status") or "pending"
+        interrupts = interrupt_store().list(self.scope, conversation_id, status=None if wanted == "all" else wanted)
+        return Response({"interrupts": InterruptSerializer(interrupts, many=True).data})
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="interrupts_answer",
+        parameters=[CONVERSATION_ID],
+        request=AnswerBatchSerializer,
+        responses={200: AnsweredSerializer, **error_responses(400, 401, 403, 404, 409, 410, 413, 415)},
+        description=(
+            "Answers every pending interrupt at once, all or nothing, and drives the turn on when that releases it. "
+            "410 interrupt_expired; 400 unanswered_interrupts / duplicate_answer; 404 interrupt_not_found; "
+            "409 already_answered / interrupt_cancelled."
+        ),
+        examples=[
+            OpenApiExample(
+                "Approve",
+                value={"answers": [{"id": "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e5f", "response": {"approved": True}}]},
+                request_only=True,
+            ),
+        ],
+    )
+    def post(self, request: Request, conversation_id: str) -> Response:
+        body = read_body(AnswerBatchSerializer, request)
+        answers = [{"id": str(answer["id"]), "response": answer["response"]} for answer in body["answers"]]
+        resolved, handle = loop.run(continue_turn(self.scope, conversation_id, answers))
+        return Response(
+            {
+                "interrupts": InterruptSerializer(resolved, many=True).data,
+                "continued": turn_body(handle) if handle is not None else None,
+            }
+        )
