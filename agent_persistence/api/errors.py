@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework import status
@@ -60,6 +61,9 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's exception handler for this app's views."""
+    if isinstance(exc, RequestDataTooBig):
+        # A body over DATA_UPLOAD_MAX_MEMORY_SIZE: Django's own answer would be a bare 400.
+        exc = domain.StorageLimit("The request body is larger than the server accepts.")
     if isinstance(exc, domain.AgentPersistenceError):
         return Response(exc.as_dict(), status=status_for(exc))
     if isinstance(exc, Http404):
