@@ -9,11 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import URLField
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from . import models
+from .exceptions import AgentPersistenceError
+from .runtime.turns import force_release, stop_turn_now
+from .stores import run_store
+from .stores.supervision import status_of
+
+
+def live_status(row: models.TurnSupervision | None) -> str:
+    """alive / dead / done / errored / idle, with heartbeat age, epoch and owner replica, as of now."""
+    status = status_of(row, now=timezone.now())
+    if row is None:
+        return "idle"
+    return f"{status.state} (heartbeat {status.heartbeat_age:.1f} s ago, epoch {status.epoch}, replica {status.replica or '?'})"
 
 
 # Callback and endpoint URLs are https unless they say otherwise (Django 6's default, today).
@@ -60,11 +73,12 @@ class EventInline(admin.TabularInline):
 
 @admin.register(models.Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "tenant", "owner", "agent", "last_turn_status", "shared", "pinned", "version", "updated_at")
+    list_display = ("__str__", "tenant", "owner", "agent", "turn", "last_turn_status", "shared", "pinned", "version", "updated_at")
     list_filter = ("last_turn_status", "shared", "pinned", "agent", "tenant")
     search_fields = ("id", "title", "owner", "agent")
     readonly_fields = (
         "id",
+        "turn",
         "version",
         "epoch",
         "pinned",
@@ -75,6 +89,29 @@ class ConversationAdmin(admin.ModelAdmin):
     )
     date_hierarchy = "created_at"
     inlines = [MessageInline, RunInline, InterruptInline, EventInline]
+    actions = ["cancel_turns", "force_release_turns"]
+
+    def get_queryset(self, request: Any) -> Any:
+        return super().get_queryset(request).select_related("supervision")
+
+    @admin.display(description=_("live turn"))
+    def turn(self, obj: models.Conversation) -> str:
+        return live_status(getattr(obj, "supervision", None))
+
+    @admin.action(description=_("Cancel the running turn (keeps the partial answer)"))
+    def cancel_turns(self, request: Any, queryset: Any) -> None:
+        for conversation in queryset:
+            try:
+                stop_turn_now(conversation.pk)
+            except AgentPersistenceError as error:
+                self.message_user(request, f"{conversation}: {error.message}", messages.WARNING)
+            else:
+                self.message_user(request, f"{conversation}: stop requested.", messages.SUCCESS)
+
+    @admin.action(description=_("Force release (fence the producer, end the turn as errored)"))
+    def force_release_turns(self, request: Any, queryset: Any) -> None:
+        released = sum(force_release(conversation.pk) for conversation in queryset)
+        self.message_user(request, f"Released {released} conversation(s).", messages.SUCCESS)
 
 
 @admin.register(models.Message)
@@ -93,6 +130,12 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ("id", "conversation__id", "message_id", "name")
     readonly_fields = ("id", "conversation", "message_id", "parent", "epoch", "started_at")
     raw_id_fields = ("parent",)
+    actions = ["abort_stuck_runs"]
+
+    @admin.action(description=_("Mark stuck runs aborted"))
+    def abort_stuck_runs(self, request: Any, queryset: Any) -> None:
+        aborted = sum(run_store().abort_stuck(run.pk) for run in queryset)
+        self.message_user(request, f"Aborted {aborted} run(s).", messages.SUCCESS)
 
 
 @admin.register(models.Interrupt)
@@ -105,10 +148,14 @@ class InterruptAdmin(admin.ModelAdmin):
 
 @admin.register(models.TurnSupervision)
 class TurnSupervisionAdmin(admin.ModelAdmin):
-    list_display = ("conversation", "status", "heartbeat_at", "message_id", "epoch", "replica")
+    list_display = ("conversation", "live", "status", "heartbeat_at", "message_id", "epoch", "replica")
     list_filter = ("status",)
     search_fields = ("conversation__id", "message_id", "replica")
-    readonly_fields = ("conversation", "status", "heartbeat_at", "message_id", "run_id", "epoch", "replica", "claimed_at")
+    readonly_fields = ("conversation", "live", "status", "heartbeat_at", "message_id", "run_id", "epoch", "replica", "claimed_at")
+
+    @admin.display(description=_("live status"))
+    def live(self, obj: models.TurnSupervision) -> str:
+        return live_status(obj)
 
 
 @admin.register(models.StreamRecording)

@@ -86,3 +86,68 @@ def test_secrets_are_encrypted_in_the_table(rows: dict[str, Any]) -> None:
     assert all(value and value not in SECRETS for value in stored)
     rows["mcpintegration"].refresh_from_db()
     assert rows["mcpintegration"].access_token == SECRETS[0]
+
+
+def running_turn(alice_scope: Any, *, heartbeat_age: float = 0.0, partial: str = "") -> tuple[Any, Any]:
+    """A turn claimed and recorded but driven by no process (as after a crash when aged)."""
+    from agent_persistence.runtime.turns import begin_turn
+
+    conversation_id = uuid.uuid4()
+    plan = begin_turn(alice_scope, conversation_id, content="go", agent="echo")
+    models.TurnSupervision.objects.filter(pk=conversation_id).update(heartbeat_at=timezone.now() - timedelta(seconds=heartbeat_age))
+    if partial:
+        models.StreamRecording.objects.create(conversation_id=conversation_id, message_id=plan.message_id, index=1, message={"content": partial}, epoch=plan.epoch)
+    return conversation_id, plan
+
+
+def change_page(admin_client: Any, conversation_id: Any) -> str:
+    return admin_client.get(reverse("admin:agent_persistence_conversation_change", args=[conversation_id])).content.decode()
+
+
+def test_the_live_status_is_computed_at_read_time(admin_client: Any, alice: Any) -> None:
+    conversation_id, plan = running_turn(alice)
+    assert "alive (heartbeat" in change_page(admin_client, conversation_id)
+    models.TurnSupervision.objects.filter(pk=conversation_id).update(heartbeat_at=timezone.now() - timedelta(seconds=10))
+    page = change_page(admin_client, conversation_id)
+    assert "dead (heartbeat 10." in page and f"epoch {plan.epoch}" in page
+    assert models.TurnSupervision.objects.get(pk=conversation_id).status == "running"  # nothing "dead" is stored
+
+
+def run_action(admin_client: Any, model: str, action: str, pk: Any) -> None:
+    url = reverse(f"admin:agent_persistence_{model}_changelist")
+    response = admin_client.post(url, {"action": action, "_selected_action": [str(pk)]})
+    assert response.status_code == 302
+
+
+def test_force_release_fences_the_producer_and_ends_the_turn_as_errored(admin_client: Any, alice: Any) -> None:
+    from agent_persistence.exceptions import Fenced
+    from agent_persistence.stores.supervision import fence
+
+    conversation_id, plan = running_turn(alice)
+    run_action(admin_client, "conversation", "force_release_turns", conversation_id)
+    assert models.TurnSupervision.objects.get(pk=conversation_id).status == "errored"
+    assert models.Run.objects.get(pk=plan.run_id).error["code"] == "force_released"
+    assert models.Conversation.objects.get(pk=conversation_id).last_turn_status == "errored"
+    with pytest.raises(Fenced):
+        fence(conversation_id, plan.epoch)
+
+
+def test_abort_stuck_runs(admin_client: Any, alice: Any) -> None:
+    conversation_id, plan = running_turn(alice)
+    run_action(admin_client, "run", "abort_stuck_runs", plan.run_id)
+    assert models.Run.objects.get(pk=plan.run_id).status == "aborted"
+
+
+def test_cancel_closes_out_a_dead_turn_with_its_partial_answer(admin_client: Any, alice: Any) -> None:
+    conversation_id, plan = running_turn(alice, heartbeat_age=10, partial="half an ans")
+    run_action(admin_client, "conversation", "cancel_turns", conversation_id)
+    answer = models.Message.objects.get(conversation_id=conversation_id, role="assistant")
+    assert answer.content == "half an ans" and answer.id == plan.message_id
+    assert models.Conversation.objects.get(pk=conversation_id).last_turn_status == "cancelled"
+
+
+def test_cancel_flags_a_live_turn_for_its_producer(admin_client: Any, alice: Any) -> None:
+    conversation_id, plan = running_turn(alice)
+    run_action(admin_client, "conversation", "cancel_turns", conversation_id)
+    assert models.Run.objects.get(pk=plan.run_id).cancel_requested is True
+    assert not models.Message.objects.filter(conversation_id=conversation_id, role="assistant").exists()

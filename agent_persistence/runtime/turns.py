@@ -301,6 +301,39 @@ def close_out_dead_turn(scope: Scope, conversation_id: uuid.UUID, outcome: Outco
     )
 
 
+def force_release(conversation_id: uuid.UUID) -> bool:
+    """Operator action: end the conversation's running turn as errored and fence its producer.
+
+    The supervision row becomes errored at a raised epoch (the producer's next
+    write is refused), the turn's open runs are aborted (``force_released``)
+    and the conversation reads ``errored``. False when no turn was running.
+    """
+    with transaction.atomic():
+        row = lock_supervision(conversation_id)
+        if row is None or not supervision_store().force_release(conversation_id):
+            return False
+        error = {"code": "force_released", "message": "An operator released this conversation."}
+        open_runs = Run.objects.filter(conversation_id=conversation_id, message_id=row.message_id, status__in=("running", "interrupted"))
+        for run_id in open_runs.values_list("pk", flat=True):
+            run_store().abort_stuck(run_id, error=error)
+        Conversation.objects.filter(pk=conversation_id).update(last_turn_status="errored")
+    return True
+
+
+def stop_turn_now(conversation_id: uuid.UUID) -> Run:
+    """Operator action: stop the conversation's turn as its owner would, from any process.
+
+    A live producer sees the stop within one heartbeat; a dead producer's turn
+    is closed out here as cancelled with its partial answer.
+    """
+    conversation = Conversation.objects.get(pk=conversation_id)
+    scope = Scope(tenant=conversation.tenant, user=conversation.owner)
+    run = request_stop(scope, conversation_id)
+    if supervision_store().status(scope, conversation_id).state == "dead":
+        close_out_dead_turn(scope, conversation.pk, Outcome.CANCELLED)
+    return run
+
+
 async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
     """Resume (in this process) or close out every turn whose producer is dead; returns their conversations."""
     dead = await supervision_store().alist_dead(limit=limit)
@@ -336,9 +369,11 @@ __all__ = [
     "cancel_turn",
     "close_out_dead_turn",
     "continue_turn",
+    "force_release",
     "reap_dead_turns",
     "reap_forever",
     "request_stop",
     "resume_turn",
     "start_turn",
+    "stop_turn_now",
 ]
