@@ -66,6 +66,20 @@ DEFAULTS: dict[str, Any] = {
     "EVENT_RETENTION": None,
     "RECORDING_RETENTION": 24 * 3600.0,
     "SWEEP_BATCH_SIZE": 500,
+    # MCP OAuth: the repository (storage) behind the integration store.
+    "OAUTH_REPOSITORY": "agent_persistence.oauth.repository.OAuthRepository",
+    # MCP servers users may authorize: {"name": {"issuer" or "authorization_endpoint" +
+    # "token_endpoint", "registration_endpoint"?, "client_id"?, "client_secret"?,
+    # "token_endpoint_auth_method"?, "scopes"?, "resource"?}}.
+    "MCP_SERVERS": {},
+    # The OAuth redirect URI; None builds it from the request and the callback route.
+    "OAUTH_REDIRECT_URI": None,
+    # Seconds a started authorization waits for its callback.
+    "OAUTH_PENDING_TTL": 600.0,
+    # An access token this many seconds from expiry is refreshed before use.
+    "OAUTH_REFRESH_MARGIN": 60.0,
+    # Seconds an HTTP call to an authorization server may take.
+    "OAUTH_HTTP_TIMEOUT": 10.0,
 }
 
 # Keys whose value is an import string, resolved on first access.
@@ -82,6 +96,7 @@ IMPORT_STRINGS = frozenset(
         "RECORDING_STORE",
         "CHECKPOINT_STORE",
         "SCOPE_RESOLVER",
+        "OAUTH_REPOSITORY",
     }
 )
 
