@@ -193,6 +193,14 @@ def test_start_refuses_bad_input_with_a_stable_code_and_writes_nothing(alice: AP
     assert Conversation.objects.count() == 1 and Message.objects.count() == 0 and Run.objects.count() == 0
 
 
+def test_a_message_over_the_size_limit_is_413_and_nothing_is_written(alice: APIClient, settings: Any) -> None:
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "MAX_MESSAGE_BYTES": 1000}
+    conversation_id = uuid.uuid4()
+    response = alice.post(url("conversations", conversation_id, "turns"), {"content": "x" * 2000, "agent": "scripted"}, format="json")
+    assert (response.status_code, response.json()["code"]) == (413, "too_large")
+    assert not Conversation.objects.filter(pk=conversation_id).exists()
+
+
 def test_start_on_a_conversation_waiting_for_answers_is_409_interrupts_pending(alice: APIClient, alice_scope: Scope) -> None:
     conversation_id = uuid.uuid4()
     _, ids = waiting_turn(alice_scope, conversation_id)
@@ -344,10 +352,11 @@ def test_runs_are_listed_newest_first_with_paging_and_a_turn_filter(alice: APICl
     assert [run["id"] for run in paged["items"]] == [str(first.run_id)] and paged["limit"] == 1
     one_turn = alice.get(url("conversations", conversation_id, "runs"), {"message_id": str(first.message_id)}).json()
     assert [run["id"] for run in one_turn["items"]] == [str(first.run_id)]
-    for params in ({"limit": "x"}, {"limit": 0}, {"offset": -1}, {"message_id": "x"}):
+    for params, code in (
+        ({"limit": "x"}, "invalid_parameter"), ({"limit": 0}, "invalid"), ({"offset": -1}, "invalid"), ({"message_id": "x"}, "invalid_id"),
+    ):
         bad = alice.get(url("conversations", conversation_id, "runs"), params)
-        assert bad.status_code == 400, params
-        assert bad.json()["code"] in ("invalid", "invalid_parameter", "invalid_id")
+        assert (bad.status_code, bad.json()["code"]) == (400, code), params
 
 
 def test_a_run_is_read_with_its_children(alice: APIClient, alice_scope: Scope) -> None:
