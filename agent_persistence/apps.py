@@ -13,3 +13,6 @@ class AgentPersistenceConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks, receivers  # noqa: F401  (registers checks and receivers)
+        from .realtime.delivery import connect as connect_realtime
+
+        connect_realtime()

@@ -1,0 +1,1 @@
+"""Live streaming of turns over websockets (Channels): consumers, routing, group names, delivery."""

@@ -1,0 +1,179 @@
+"""Delivery of turn updates to the followers of a conversation.
+
+Two paths, both carrying the producer's ``epoch`` and ``index`` so a follower
+applies each update at most once and in order:
+
+- the in-process :data:`hub`: producers run on the process's producer loop,
+  consumers on the server's loop; the hub hands each update to every
+  subscribed consumer with ``loop.call_soon_threadsafe`` (the in-memory
+  channel layer is not safe across loops). Hub updates carry the whole
+  cumulative text (a reference, not a copy), so a follower never sees a gap.
+- the channel layer, when it spans processes (any layer but
+  ``InMemoryChannelLayer``, e.g. channels-redis): one ``group_send`` per
+  update, sent in order by one sender task per event loop, carrying only the
+  text added since the previous update of that producer (``offset`` says
+  where it goes). Followers in the producing process ignore these (the hub
+  served them).
+
+When the layer does not span processes, followers elsewhere follow the
+recording (see :mod:`.follower`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from asgiref.sync import async_to_sync
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+from ..runtime import hooks
+from ..runtime.producer import replica_id
+from .groups import UPDATE_TYPE, conversation_group
+
+logger = logging.getLogger(__name__)
+
+Payload = dict[str, Any]
+
+
+def layer_spans_processes(layer: Any = None) -> bool:
+    layer = get_channel_layer() if layer is None else layer
+    return layer is not None and not isinstance(layer, InMemoryChannelLayer)
+
+
+@dataclass(eq=False)
+class Subscription:
+    conversation_id: uuid.UUID
+    loop: asyncio.AbstractEventLoop
+    callback: Callable[[Payload], None]
+
+
+class Hub:
+    """Thread-safe in-process fan-out of updates to the consumers of each conversation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscriptions: dict[uuid.UUID, list[Subscription]] = {}
+
+    def subscribe(self, conversation_id: uuid.UUID, callback: Callable[[Payload], None]) -> Subscription:
+        """Call ``callback`` on the caller's loop with every update of the conversation."""
+        subscription = Subscription(conversation_id, asyncio.get_running_loop(), callback)
+        with self._lock:
+            self._subscriptions.setdefault(conversation_id, []).append(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        with self._lock:
+            subscriptions = self._subscriptions.get(subscription.conversation_id, [])
+            if subscription in subscriptions:
+                subscriptions.remove(subscription)
+            if not subscriptions:
+                self._subscriptions.pop(subscription.conversation_id, None)
+
+    def publish(self, conversation_id: uuid.UUID, payload: Payload) -> None:
+        with self._lock:
+            subscriptions = list(self._subscriptions.get(conversation_id, ()))
+        for subscription in subscriptions:
+            try:
+                subscription.loop.call_soon_threadsafe(subscription.callback, payload)
+            except RuntimeError:  # that consumer's loop is closed: it is gone
+                self.unsubscribe(subscription)
+
+    def count(self, conversation_id: uuid.UUID) -> int:
+        with self._lock:
+            return len(self._subscriptions.get(conversation_id, ()))
+
+
+hub = Hub()
+
+
+class GroupSender:
+    """Sends group messages of one event loop in order, one at a time."""
+
+    #: Producers whose published length is remembered (oldest forgotten first).
+    MAX_TRACKED = 10_000
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[str, Payload]] = asyncio.Queue()
+        self.published: OrderedDict[tuple[uuid.UUID, uuid.UUID, int], int] = OrderedDict()
+        self.task = asyncio.get_running_loop().create_task(self._send_forever(), name="agent_persistence.group_sender")
+
+    def increment(self, update: hooks.StreamUpdate) -> tuple[int, str]:
+        """The text added since this producer's previous update, and where it starts."""
+        key = (update.conversation_id, update.message_id, update.epoch)
+        start = self.published.pop(key, 0)
+        if start > len(update.content):
+            start = 0
+        self.published[key] = len(update.content)
+        while len(self.published) > self.MAX_TRACKED:
+            self.published.popitem(last=False)
+        return start, update.content[start:]
+
+    async def _send_forever(self) -> None:
+        layer = get_channel_layer()
+        while True:
+            group, payload = await self.queue.get()
+            try:
+                await layer.group_send(group, {"type": UPDATE_TYPE, "origin": replica_id(), "payload": payload})
+            except Exception:  # noqa: BLE001 - followers fall back to the recording
+                logger.warning("Could not send an update to %s", group, exc_info=True)
+
+
+_senders: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupSender]" = weakref.WeakKeyDictionary()
+
+
+def sender() -> GroupSender:
+    loop = asyncio.get_running_loop()
+    current = _senders.get(loop)
+    if current is None or current.task.done():
+        current = _senders[loop] = GroupSender()
+    return current
+
+
+def delta_payload(update: hooks.StreamUpdate, offset: int, text: str) -> Payload:
+    return {
+        "kind": "delta",
+        "message_id": str(update.message_id),
+        "epoch": update.epoch,
+        "index": update.index,
+        "offset": offset,
+        "text": text,
+        "tool_calls": update.tool_calls,
+    }
+
+
+def on_stream(update: hooks.StreamUpdate) -> None:
+    """The runtime's stream listener: runs on the producer's loop for every published update."""
+    hub.publish(update.conversation_id, delta_payload(update, 0, update.content))
+    if layer_spans_processes():
+        group_sender = sender()
+        offset, text = group_sender.increment(update)
+        group_sender.queue.put_nowait((conversation_group(update.conversation_id), delta_payload(update, offset, text)))
+
+
+def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID, **kwargs: Any) -> None:
+    """``conversation_updated`` (a turn was sealed): tell every socket of the conversation, on every process."""
+    payload = {"kind": "sealed", "conversation_id": str(conversation_id), "message_id": str(message_id), "run_id": str(run_id)}
+    hub.publish(conversation_id, payload)
+    if layer_spans_processes():
+        try:
+            async_to_sync(get_channel_layer().group_send)(
+                conversation_group(conversation_id), {"type": UPDATE_TYPE, "origin": replica_id(), "payload": payload}
+            )
+        except Exception:  # noqa: BLE001 - followers elsewhere see the seal when they next read the turn
+            logger.warning("Could not announce the end of turn %s", message_id, exc_info=True)
+
+
+def connect() -> None:
+    """Register the listeners (``AppConfig.ready``); idempotent."""
+    from ..signals import conversation_updated
+
+    if on_stream not in hooks.stream_listeners:
+        hooks.stream_listeners.append(on_stream)
+    conversation_updated.connect(on_conversation_updated, dispatch_uid="agent_persistence.realtime.conversation_updated")

@@ -1,0 +1,278 @@
+"""Following a conversation's turns for one socket: catch-up, live updates, final state.
+
+A :class:`Follower` keeps what its client has: the turn (``message_id``), the
+producer ``epoch`` and ``index`` of the last update sent, and ``offset``, the
+length of the text the client holds. Every source of updates goes through
+one queue and one task, so frames leave in order:
+
+- live updates from the hub (this process) or the channel layer (other
+  processes), see :mod:`.delivery`;
+- reads of the turn (supervision row, recording, final message, pending
+  interrupts) at attach time and then periodically: every
+  ``RECORDING_FLUSH_INTERVAL`` when no live source covers the turn (the
+  layer does not span processes and no producer of this process streamed
+  lately), and every ``DEAD_AFTER / 2`` otherwise, as a safety net that also
+  notices a dead producer.
+
+An update is applied only if it is newer: a higher epoch, or the same epoch
+and a higher index (a resumed producer starts from the recording's index, so
+indexes keep rising across a takeover). The text sent is what the client
+lacks past its offset, so text a resumed producer streams again is never
+sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from channels.db import database_sync_to_async
+
+from ..conf import app_settings
+from ..models import Interrupt, Message
+from ..scope import Scope
+from ..stores import recording_store, supervision_store
+from ..stores.supervision import status_of
+from .delivery import Payload, hub, layer_spans_processes
+
+logger = logging.getLogger(__name__)
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class TurnView:
+    """One read of a conversation's turn."""
+
+    state: str
+    message_id: uuid.UUID | None
+    run_id: uuid.UUID | None
+    epoch: int
+    record: dict[str, Any] | None = None  # {message_id, epoch, index, message} of the recording
+    final: dict[str, Any] | None = None  # the stored assistant message of a sealed turn
+    interrupts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def read_turn(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
+    """What a follower needs to know of the conversation's turn now (access was checked at connect)."""
+    row = supervision_store().read(conversation_id)
+    status = status_of(row)
+    view = TurnView(state=status.state, message_id=status.message_id, run_id=status.run_id, epoch=status.epoch)
+    if row is None:
+        return view
+    record = recording_store().read_unscoped(conversation_id)
+    if record is not None and record.message_id == row.message_id:
+        view.record = {"epoch": record.epoch, "index": record.index, "message": record.message}
+    if status.state in ("done", "errored"):
+        message = Message.objects.filter(conversation_id=conversation_id, pk=row.message_id).first()
+        if message is not None:
+            view.final = {
+                "message": {"role": "assistant", "content": message.content, **({"tool_calls": message.tool_calls} if message.tool_calls else {})},
+                "stop_reason": (message.metadata or {}).get("stop_reason"),
+                "error": (message.metadata or {}).get("error"),
+            }
+        else:
+            pending = Interrupt.objects.filter(conversation_id=conversation_id, status="pending").order_by("requested_at", "pk")
+            view.interrupts = [
+                {
+                    "id": str(interrupt.pk),
+                    "kind": interrupt.kind,
+                    "payload": interrupt.payload,
+                    "expires_at": interrupt.expires_at.isoformat() if interrupt.expires_at else None,
+                }
+                for interrupt in pending
+            ]
+            if view.interrupts:
+                view.state = "interrupted"
+    return view
+
+
+class Follower:
+    """Streams one conversation to one client through ``send``."""
+
+    def __init__(self, scope: Scope, conversation_id: uuid.UUID, send: Send) -> None:
+        self.scope = scope
+        self.conversation_id = conversation_id
+        self.send = send
+        self.queue: asyncio.Queue[Payload] = asyncio.Queue()
+        self.message_id: uuid.UUID | None = None
+        self.epoch = 0
+        self.index = 0
+        self.offset = 0
+        self.tool_calls: list[dict[str, Any]] | None = None
+        self.status: tuple[Any, ...] | None = None
+        self.finalized: set[uuid.UUID] = set()
+        self.interrupts_sent: tuple[str, ...] = ()
+        self.last_live = 0.0
+        self.behind = False
+        self.task: asyncio.Task[None] | None = None
+        self.subscription: Any = None
+        self.spans = layer_spans_processes()
+
+    def push(self, payload: Payload) -> None:
+        """An update from the hub or the channel layer (called on the consumer's loop)."""
+        self.queue.put_nowait(payload)
+
+    async def attach(self, *, last_index: int | None, offset: int | None, message_id: uuid.UUID | None) -> None:
+        """Send the status and the catch-up from the client's position, then follow live."""
+        await self.stop()
+        if self.subscription is None:
+            # Subscribe before reading, so nothing between the read and the first live update is missed.
+            self.subscription = hub.subscribe(self.conversation_id, self.push)
+        view = await database_sync_to_async(read_turn)(self.scope, self.conversation_id)
+        self.status = None
+        self.finalized.clear()
+        self.interrupts_sent = ()
+        self.message_id, self.epoch, self.index, self.offset, self.tool_calls = view.message_id, 0, 0, 0, None
+        if view.message_id is not None and message_id in (None, view.message_id) and (last_index or offset):
+            known = view.record["index"] if view.record else 0
+            if last_index is not None and last_index > known and view.state != "alive":
+                await self.send({
+                    "type": "error", "code": "index_ahead",
+                    "message": f"last_index {last_index} is ahead of the turn's index {known}; sending it from the start.",
+                    "field": "last_index",
+                })
+            else:
+                self.index = last_index or 0
+                self.offset = offset or 0
+        await self.send_status(view.state, view.message_id, view.run_id, view.epoch)
+        await self.apply_view(view, attaching=True)
+        self.task = asyncio.get_running_loop().create_task(self.follow(), name=f"agent_persistence.follower.{self.conversation_id}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+            self.task = None
+
+    async def close(self) -> None:
+        if self.subscription is not None:
+            hub.unsubscribe(self.subscription)
+        await self.stop()
+
+    # -- the follow loop --------------------------------------------------------------------------
+
+    def poll_interval(self) -> float:
+        if self.behind:
+            return app_settings.RECORDING_FLUSH_INTERVAL
+        live = self.spans or time.monotonic() - self.last_live < app_settings.DEAD_AFTER / 2
+        return app_settings.DEAD_AFTER / 2 if live else app_settings.RECORDING_FLUSH_INTERVAL
+
+    async def follow(self) -> None:
+        next_read = time.monotonic() + self.poll_interval()
+        while True:
+            timeout = max(0.0, next_read - time.monotonic())
+            try:
+                payload = await asyncio.wait_for(self.queue.get(), timeout)
+            except asyncio.TimeoutError:
+                payload = None
+            try:
+                if payload is not None:
+                    await self.apply_payload(payload)
+                    if not self.behind:
+                        continue
+                view = await database_sync_to_async(read_turn)(self.scope, self.conversation_id)
+                await self.apply_view(view)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a failed read (database busy) is retried next time
+                logger.warning("Following conversation %s failed; retrying.", self.conversation_id, exc_info=True)
+            next_read = time.monotonic() + self.poll_interval()
+
+    # -- applying -------------------------------------------------------------------------------------
+
+    async def apply_payload(self, payload: Payload) -> None:
+        if payload["kind"] == "sealed":
+            view = await database_sync_to_async(read_turn)(self.scope, self.conversation_id)
+            await self.apply_view(view)
+            return
+        self.last_live = time.monotonic()
+        message_id = uuid.UUID(payload["message_id"])
+        await self.advance(message_id, payload["epoch"], payload["index"], payload["offset"], payload["text"], payload["tool_calls"])
+
+    async def switch_to(self, message_id: uuid.UUID, state: str = "alive", run_id: Any = None, epoch: int = 0) -> None:
+        """A turn the client has not seen: start it from nothing."""
+        self.message_id, self.epoch, self.index, self.offset, self.tool_calls = message_id, 0, 0, 0, None
+        self.interrupts_sent = ()
+        await self.send_status(state, message_id, run_id, epoch)
+
+    async def send_status(self, state: str, message_id: uuid.UUID | None, run_id: Any, epoch: int) -> None:
+        status = (state, message_id, run_id, epoch)
+        if status == self.status:
+            return
+        self.status = status
+        await self.send({
+            "type": "status",
+            "state": state,
+            "message_id": str(message_id) if message_id else None,
+            "run_id": str(run_id) if run_id else None,
+            "epoch": epoch,
+            "index": self.index,
+        })
+
+    async def advance(self, message_id: uuid.UUID, epoch: int, index: int, base: int, text: str,
+                      tool_calls: list[dict[str, Any]] | None) -> None:
+        """Apply the text ``text`` (which starts at ``base``) of ``message_id`` at (``epoch``, ``index``)."""
+        if message_id != self.message_id:
+            if message_id in self.finalized:
+                return
+            await self.switch_to(message_id, epoch=epoch)
+        if message_id in self.finalized or epoch < self.epoch or index <= self.index:
+            return
+        if base > self.offset:
+            self.behind = True  # an update was missed: the recording fills the gap
+            return
+        self.behind = False
+        new_text = text[self.offset - base:]
+        self.epoch, self.index = epoch, index
+        changed_calls = tool_calls != self.tool_calls
+        if not new_text and not changed_calls:
+            return
+        frame: dict[str, Any] = {"type": "delta", "message_id": str(message_id), "index": index, "offset": self.offset, "text": new_text}
+        if changed_calls:
+            frame["tool_calls"] = tool_calls
+            self.tool_calls = tool_calls
+        self.offset += len(new_text)
+        await self.send(frame)
+
+    async def apply_view(self, view: TurnView, *, attaching: bool = False) -> None:
+        if view.message_id is None:
+            await self.send_status("idle", None, None, view.epoch)
+            return
+        if view.message_id != self.message_id:
+            await self.switch_to(view.message_id, view.state, view.run_id, view.epoch)
+        if view.record is not None:
+            record = view.record
+            message = record["message"]
+            await self.advance(view.message_id, record["epoch"], record["index"], 0, message.get("content", ""), message.get("tool_calls"))
+        if view.final is not None and view.message_id not in self.finalized:
+            self.finalized.add(view.message_id)
+            final = view.final
+            frame = {"type": "final", "message_id": str(view.message_id), "index": self.index, "message": final["message"],
+                     "stop_reason": final["stop_reason"]}
+            if final["error"]:
+                frame["error"] = final["error"]
+            self.behind = False
+            self.offset = len(final["message"].get("content", ""))
+            await self.send(frame)
+            await self.send_status(view.state, view.message_id, view.run_id, view.epoch)
+            if not attaching:
+                await self.send({
+                    "type": "conversation_updated",
+                    "conversation_id": str(self.conversation_id),
+                    "message_id": str(view.message_id),
+                    "run_id": str(view.run_id) if view.run_id else None,
+                })
+        else:
+            await self.send_status(view.state, view.message_id, view.run_id, view.epoch)
+        interrupts = tuple(interrupt["id"] for interrupt in view.interrupts)
+        if interrupts and interrupts != self.interrupts_sent:
+            self.interrupts_sent = interrupts
+            await self.send({"type": "interrupt", "message_id": str(view.message_id), "interrupts": view.interrupts})

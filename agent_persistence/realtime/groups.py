@@ -1,0 +1,16 @@
+"""Channel-layer group names: one group per conversation.
+
+Conversation ids are UUIDs, so the hex form keeps a name within Channels'
+rules (ASCII letters, digits, hyphens, underscores and periods, under 100).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+#: The ``type`` of a group message; Channels dispatches it to ``ConversationConsumer.agent_persistence_update``.
+UPDATE_TYPE = "agent_persistence.update"
+
+
+def conversation_group(conversation_id: uuid.UUID) -> str:
+    return f"agent_persistence.conversation.{conversation_id.hex}"

@@ -1,0 +1,43 @@
+"""Stream hooks: how a producer tells the rest of the process that its message changed.
+
+The runtime knows nothing of websockets or channel layers. Something that
+delivers a turn to clients (``agent_persistence.realtime``) appends a callable
+to :data:`stream_listeners`; the producer calls each one on its event loop
+with a :class:`StreamUpdate`, at most once per loop iteration however many
+chunks the agent streamed in it. A listener must be quick and must not raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUpdate:
+    """The cumulative message of a turn at ``index``, as its producer (``epoch``) holds it."""
+
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    epoch: int
+    index: int
+    content: str
+    tool_calls: list[dict[str, Any]] | None
+
+
+StreamListener = Callable[[StreamUpdate], None]
+
+#: Called on the producer's event loop; registered by ``agent_persistence.realtime`` in ``ready()``.
+stream_listeners: list[StreamListener] = []
+
+
+def publish(update: StreamUpdate) -> None:
+    for listener in stream_listeners:
+        try:
+            listener(update)
+        except Exception:  # noqa: BLE001 - delivery must never break the turn
+            logger.exception("A stream listener failed for conversation %s", update.conversation_id)
