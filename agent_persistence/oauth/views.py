@@ -21,7 +21,7 @@ from ..api.errors import error_body
 from ..api.serializers.base import StrictSerializer, error_responses
 from ..api.views.base import ScopedAPIView
 from ..conf import app_settings
-from .exceptions import OAuthServerError
+from .exceptions import OAuthServerError, SecretUnreadable
 from .store import integration_store
 
 
@@ -57,11 +57,16 @@ def redirect_uri_for(request: Request) -> str:
 
 
 class OAuthServerErrorMixin:
-    """Answers 502 when an authorization server fails (the other errors: the app's mapping)."""
+    """502 when an authorization server fails; 409 when a stored secret does not decrypt.
+
+    (The other errors use the app's mapping.)
+    """
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, OAuthServerError):
             return Response(exc.as_dict(), status=status.HTTP_502_BAD_GATEWAY)
+        if isinstance(exc, SecretUnreadable):
+            return Response(exc.as_dict(), status=status.HTTP_409_CONFLICT)
         return super().handle_exception(exc)  # type: ignore[misc]
 
 
@@ -79,7 +84,7 @@ class AuthorizeView(OAuthServerErrorMixin, ScopedAPIView):
 
     @extend_schema(
         request=AuthorizeInputSerializer,
-        responses={201: AuthorizationStartSerializer, **error_responses(400, 401, 403, 404), 502: error_responses(502)[502]},
+        responses={201: AuthorizationStartSerializer, **error_responses(400, 401, 403, 404, 409), 502: error_responses(502)[502]},
     )
     def post(self, request: Request, server: str) -> Response:
         AuthorizeInputSerializer(data=request.data or {}).is_valid(raise_exception=True)

@@ -76,13 +76,23 @@ class LocalOAuthServer:
     # -- the browser's step ----------------------------------------------------------------------
 
     def authorize(self, authorization_url: str, *, deny: bool = False) -> dict[str, str]:
-        """Play the browser: follow the authorization URL; return the callback's query parameters."""
-        import httpx
+        """Play the browser: follow the authorization URL; return the callback's query parameters.
 
-        url = authorization_url + ("&deny=1" if deny else "")
-        response = httpx.get(url, follow_redirects=False)
-        assert response.status_code == 302, (response.status_code, response.text)
-        location = urlsplit(response.headers["location"])
+        Uses ``http.client`` rather than httpx so the browser's URL (with its
+        state) stays out of the logs the tests inspect for secrets.
+        """
+        import http.client
+
+        url = urlsplit(authorization_url + ("&deny=1" if deny else ""))
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+        try:
+            conn.request("GET", f"{url.path}?{url.query}")
+            response = conn.getresponse()
+            body = response.read()
+            assert response.status == 302, (response.status, body)
+            location = urlsplit(response.getheader("location"))
+        finally:
+            conn.close()
         return {key: values[0] for key, values in parse_qs(location.query).items()}
 
     # -- endpoints ---------------------------------------------------------------------------
