@@ -7,9 +7,9 @@ an unknown one.
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
 
 from .routes import conversations, files, oauth, tasks, turns
+from .schema import SchemaView
 
 app_name = "agent_persistence"
 
@@ -19,5 +19,5 @@ urlpatterns = [
     *files.urlpatterns,
     *tasks.urlpatterns,
     *oauth.urlpatterns,
-    path("schema/", SpectacularAPIView.as_view(urlconf="agent_persistence.api.urls"), name="schema"),
+    path("schema/", SchemaView.as_view(), name="schema"),
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter
 from rest_framework import status
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
@@ -20,6 +20,7 @@ from ...runtime import loop
 from ...runtime.turns import TurnHandle, cancel_turn, continue_turn, resume_turn, start_turn
 from ...stores import interrupt_store, recording_store, run_store, supervision_store
 from ..pagination import page_body, paging
+from ..schema import extend_schema
 from ..serializers.base import StrictSerializer, error_responses
 from ..serializers.turns import (
     INTERRUPT_STATUS_FILTERS,
