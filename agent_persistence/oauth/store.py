@@ -35,7 +35,7 @@ from ..scope import Scope
 from ..stores import get_store, lease_store
 from ..stores.base import async_twin, check_scope
 from .client import ClientCredentials, TokenClient, TokenResponse, code_challenge, new_code_verifier, new_state
-from .client import register_client
+from .client import register_client, safe_error_code
 from .exceptions import (
     AuthorizationDenied,
     AuthorizationExpired,
@@ -155,8 +155,9 @@ class IntegrationStore:
 
         Unknown or already used state: InvalidState (400). Expired:
         AuthorizationExpired (410), and the pending is cleaned up. An ``error``
-        from the server: AuthorizationDenied (400). A failing token endpoint:
-        OAuthServerError. In each case the stored tokens stay as they were.
+        from the server: AuthorizationDenied (400); a code the token endpoint
+        refuses (``invalid_grant``): AuthorizationDenied with code ``invalid_grant``
+        (400). A failing token endpoint: OAuthServerError. In each case the stored tokens stay as they were.
         """
         if not isinstance(state, str) or not state or len(state) > 1000:
             raise InvalidState()
@@ -170,8 +171,6 @@ class IntegrationStore:
             logger.info("MCP OAuth: a callback for %s after its authorization expired.", where)
             raise AuthorizationExpired(server=record.server)
         if error is not None:
-            from .client import safe_error_code
-
             error_code = safe_error_code(error) or "invalid_error"
             logger.info("MCP OAuth: the authorization of %s was refused (error=%s).", where, error_code)
             raise AuthorizationDenied(server=record.server, error=error_code)
@@ -179,14 +178,25 @@ class IntegrationStore:
             raise Validation("The callback has no authorization code.", code="missing_code", server=record.server)
         config = server_config(record.server)
         client = self.client_credentials(record.tenant, config, redirect_uri=record.pending.redirect_uri, register=False)
-        granted = self.token_client.exchange_code(
-            record.pending.token_endpoint,
-            code=code,
-            code_verifier=record.pending.code_verifier,
-            redirect_uri=record.pending.redirect_uri,
-            client=client,
-            resource=record.pending.resource,
-        )
+        try:
+            granted = self.token_client.exchange_code(
+                record.pending.token_endpoint,
+                code=code,
+                code_verifier=record.pending.code_verifier,
+                redirect_uri=record.pending.redirect_uri,
+                client=client,
+                resource=record.pending.resource,
+            )
+        except OAuthServerError as exc:
+            if exc.details.get("error") == "invalid_grant":
+                # The code is unknown, used or expired at the server (e.g. a concurrent second callback).
+                raise AuthorizationDenied(
+                    "The authorization server refused the code; start the authorization again.",
+                    code="invalid_grant",
+                    server=record.server,
+                    error="invalid_grant",
+                ) from None
+            raise
         # Re-read: keep a newer pending started meanwhile; clear ours.
         current = self.repository.get_user_integration(record.tenant, record.user, record.server) or record
         pending = current.pending if current.pending and current.pending.state_digest != record.pending.state_digest else None

@@ -222,3 +222,36 @@ class CountingRepository(OAuthRepository):
     def get_user_integration(self, *args, **kwargs):
         self.reads += 1
         return super().get_user_integration(*args, **kwargs)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_callbacks_with_one_state_land_tokens_once(api, browser, user, oauth_server):
+    """The second either finds the state used (400 invalid_state) or its code refused (400 invalid_grant)."""
+    import threading
+
+    from django.db import connections
+    from rest_framework.test import APIClient
+
+    started = start(api)
+    params = oauth_server.authorize(started["authorization_url"])
+    oauth_server.token_delay = 0.2
+    statuses: list[tuple[int, str]] = []
+    barrier = threading.Barrier(2)
+
+    def callback() -> None:
+        try:
+            barrier.wait()
+            response = APIClient().get("/api/mcp/oauth/callback/", params)
+            statuses.append((response.status_code, response.json().get("code", "ok")))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=callback) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(statuses)[0] == (200, "ok")
+    assert sorted(statuses)[1][0] == 400 and sorted(statuses)[1][1] in ("invalid_state", "invalid_grant")
+    row = McpIntegration.objects.get()
+    assert row.pending_state_digest is None and row.access_token in oauth_server.issued
