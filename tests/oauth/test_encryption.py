@@ -6,6 +6,7 @@ import io
 import logging
 import random
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -125,13 +126,18 @@ def test_rotation_while_records_are_written_loses_nothing(settings):
     for thread in writers:
         thread.start()
     try:
+        while not last_written:  # the writers are writing before the rotation starts
+            time.sleep(0.001)
+        written_before = dict(last_written)
         output = run_rotation(batch_size=7)
+        written_during = {user: token for user, token in last_written.items() if written_before.get(user) != token}
     finally:
         stop.set()
         for thread in writers:
             thread.join(60)
     assert not errors, errors
     assert "0 unreadable" in output
+    assert written_during, "no write overlapped the rotation"
     use_keys(settings, NEW_KEY)
     for n in range(80):
         user = f"u{n}"
