@@ -7,6 +7,11 @@ import os
 from tests.settings import *  # noqa: F401,F403
 
 if os.environ.get("REDIS_URL"):
+    # redis-py 8 reads with a 5 s socket timeout by default, the same as channels-redis's
+    # 5 s blocking receive: an idle socket's receive would time out and close it.
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [os.environ["REDIS_URL"]]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": 30}]},
+        }
     }

@@ -1,0 +1,121 @@
+"""Real ASGI server processes (uvicorn) on the test database, and a real websocket client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import websockets
+
+from tests.realtime.client import StreamClient
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    """One uvicorn process serving ``tests.realtime.asgi``."""
+
+    def __init__(self, env: dict[str, str], name: str) -> None:
+        self.port = free_port()
+        self.name = name
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_ws_{os.getpid()}_{name}.log"
+        self.log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "tests.realtime.asgi:application", "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", "off"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True,
+        )
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server {self.name} exited: {self.output()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"server {self.name} did not start")
+
+    def url(self, conversation_id: Any) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/conversations/{conversation_id}/"
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.communicate(timeout=10)
+        self.log.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.communicate()
+        self.log.close()
+        self.log_path.unlink(missing_ok=True)
+
+    def output(self) -> str:
+        return self.log_path.read_text()[-5000:]
+
+
+def start_servers(env: dict[str, str], count: int = 2) -> list[Server]:
+    servers = [Server(env, f"server-{chr(ord('a') + i)}") for i in range(count)]
+    for server in servers:
+        server.wait_ready()
+    return servers
+
+
+@asynccontextmanager
+async def socket_to(server: Server, conversation_id: Any, session_key: str) -> AsyncIterator[Any]:
+    async with websockets.connect(server.url(conversation_id), additional_headers={"Cookie": f"sessionid={session_key}"},
+                                  max_size=None, open_timeout=10) as connection:
+        yield connection
+
+
+async def send(connection: Any, frame: dict[str, Any]) -> None:
+    await connection.send(json.dumps(frame))
+
+
+async def receive(connection: Any, client: StreamClient, until: str = "final", timeout: float = 30,
+                  min_text: int | None = None) -> StreamClient:
+    """Apply frames until one of type ``until`` (or until the client holds ``min_text`` characters)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if min_text is not None and len(client.text) >= min_text:
+            return client
+        frame = json.loads(await asyncio.wait_for(connection.recv(), max(0.01, deadline - time.monotonic())))
+        client.apply(frame)
+        if frame["type"] == until:
+            return client
+
+
+def server_env(database_name: str, redis: bool) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    env.update({
+        "AP_TEST_DB_NAME": database_name,
+        "AP_FAST_TIMINGS": "1",
+        "AP_CHUNK_DELAY": "0.04",
+        "DJANGO_SETTINGS_MODULE": "tests.realtime.server_settings",
+        "PYTHONPATH": str(ROOT),
+    })
+    if redis:
+        env["REDIS_URL"] = os.environ["REDIS_URL"]
+    return env
