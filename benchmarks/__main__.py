@@ -6,9 +6,9 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import checkpoints, runtime, storage
+from . import checkpoints, runtime, storage, streaming
 
-BENCHMARKS: dict[str, ModuleType] = {"storage": storage, "turns": runtime, "checkpoints": checkpoints}
+BENCHMARKS: dict[str, ModuleType] = {"storage": storage, "turns": runtime, "checkpoints": checkpoints, "streaming": streaming}
 
 
 def main(argv: list[str] | None = None) -> int:
