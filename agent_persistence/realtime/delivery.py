@@ -118,11 +118,37 @@ class GroupSender:
     async def _send_forever(self) -> None:
         layer = get_channel_layer()
         while True:
-            group, payload = await self.queue.get()
-            try:
-                await layer.group_send(group, {"type": UPDATE_TYPE, "origin": replica_id(), "payload": payload})
-            except Exception:  # noqa: BLE001 - followers fall back to the recording
-                logger.warning("Could not send an update to %s", group, exc_info=True)
+            batch = [await self.queue.get()]
+            while not self.queue.empty():
+                batch.append(self.queue.get_nowait())
+            # Under load the queue grows while a send is in flight: what waits is sent as one
+            # message per group, so the sender catches up instead of falling further behind.
+            merged = merge_updates(batch)
+            results = await asyncio.gather(
+                *(layer.group_send(group, {"type": UPDATE_TYPE, "origin": replica_id(), "payload": payload}) for group, payload in merged),
+                return_exceptions=True,
+            )
+            for (group, _), result in zip(merged, results):
+                if isinstance(result, BaseException):  # followers fall back to the recording
+                    logger.warning("Could not send an update to %s: %r", group, result)
+
+
+def merge_updates(batch: list[tuple[str, Payload]]) -> list[tuple[str, Payload]]:
+    """One payload per group: consecutive deltas of one producer become one delta (text concatenated)."""
+    merged: dict[str, Payload] = {}
+    order: list[str] = []
+    for group, payload in batch:
+        previous = merged.get(group)
+        if previous is None:
+            merged[group] = dict(payload)
+            order.append(group)
+            continue
+        same_producer = (previous["message_id"], previous["epoch"]) == (payload["message_id"], payload["epoch"])
+        if same_producer and payload["offset"] == previous["offset"] + len(previous["text"]):
+            previous.update(index=payload["index"], text=previous["text"] + payload["text"], tool_calls=payload["tool_calls"])
+        else:
+            merged[group] = dict(payload)
+    return [(group, merged[group]) for group in order]
 
 
 _senders: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupSender]" = weakref.WeakKeyDictionary()

@@ -30,7 +30,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 
 from ..conf import app_settings
 from ..models import Interrupt, Message
@@ -91,6 +92,20 @@ def read_turn(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
     return view
 
 
+def _read_turn_closing(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
+    close_old_connections()
+    try:
+        return read_turn(scope, conversation_id)
+    finally:
+        close_old_connections()
+
+
+async def read_turn_async(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
+    """:func:`read_turn` in a worker thread of its own, not the process's one thread-sensitive
+    database thread that producers write on: followers' reads never queue behind their writes."""
+    return await sync_to_async(_read_turn_closing, thread_sensitive=False)(scope, conversation_id)
+
+
 class Follower:
     """Streams one conversation to one client through ``send``."""
 
@@ -108,6 +123,7 @@ class Follower:
         self.finalized: set[uuid.UUID] = set()
         self.interrupts_sent: tuple[str, ...] = ()
         self.last_live = 0.0
+        self.switches = 0  # turns switched to so far; a read started before a switch is stale
         self.behind = False
         self.task: asyncio.Task[None] | None = None
         self.subscription: Any = None
@@ -123,7 +139,7 @@ class Follower:
         if self.subscription is None:
             # Subscribe before reading, so nothing between the read and the first live update is missed.
             self.subscription = hub.subscribe(self.conversation_id, self.push)
-        view = await database_sync_to_async(read_turn)(self.scope, self.conversation_id)
+        view = await read_turn_async(self.scope, self.conversation_id)
         self.status = None
         self.finalized.clear()
         self.interrupts_sent = ()
@@ -166,32 +182,52 @@ class Follower:
         return app_settings.DEAD_AFTER / 2 if live else app_settings.RECORDING_FLUSH_INTERVAL
 
     async def follow(self) -> None:
+        reading: asyncio.Task[None] | None = None
         next_read = time.monotonic() + self.poll_interval()
-        while True:
-            timeout = max(0.0, next_read - time.monotonic())
-            try:
-                payload = await asyncio.wait_for(self.queue.get(), timeout)
-            except asyncio.TimeoutError:
-                payload = None
-            try:
+        try:
+            while True:
+                timeout = max(0.0, next_read - time.monotonic())
+                try:
+                    payload = await asyncio.wait_for(self.queue.get(), timeout)
+                except asyncio.TimeoutError:
+                    payload = None
+                if payload is None or self.behind:
+                    # The read runs beside live delivery: a busy database never holds up the hub.
+                    if reading is None or reading.done():
+                        reading = asyncio.get_running_loop().create_task(self.read())
+                    next_read = time.monotonic() + self.poll_interval()
                 if payload is not None:
-                    await self.apply_payload(payload)
-                    if not self.behind:
-                        continue
-                view = await database_sync_to_async(read_turn)(self.scope, self.conversation_id)
-                await self.apply_view(view)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - a failed read (database busy) is retried next time
-                logger.warning("Following conversation %s failed; retrying.", self.conversation_id, exc_info=True)
-            next_read = time.monotonic() + self.poll_interval()
+                    try:
+                        await self.apply_payload(payload)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:  # noqa: BLE001 - e.g. the client went away mid-send
+                        logger.info("Could not deliver an update of conversation %s.", self.conversation_id, exc_info=True)
+        finally:
+            if reading is not None:
+                reading.cancel()
+
+    async def read(self) -> None:
+        """Read the turn and queue what was read (a failed read is retried at the next poll)."""
+        switches = self.switches
+        try:
+            view = await read_turn_async(self.scope, self.conversation_id)
+        except Exception:  # noqa: BLE001
+            logger.warning("Reading the turn of conversation %s failed; retrying.", self.conversation_id, exc_info=True)
+            return
+        self.queue.put_nowait({"kind": "view", "view": view, "switches": switches})
 
     # -- applying -------------------------------------------------------------------------------------
 
     async def apply_payload(self, payload: Payload) -> None:
-        if payload["kind"] == "sealed":
-            view = await database_sync_to_async(read_turn)(self.scope, self.conversation_id)
+        if payload["kind"] == "view":
+            view = payload["view"]
+            if view.message_id != self.message_id and payload["switches"] != self.switches:
+                return  # read before a newer turn arrived live: stale
             await self.apply_view(view)
+            return
+        if payload["kind"] == "sealed":
+            await self.apply_view(await read_turn_async(self.scope, self.conversation_id))
             return
         self.last_live = time.monotonic()
         message_id = uuid.UUID(payload["message_id"])
@@ -201,6 +237,7 @@ class Follower:
         """A turn the client has not seen: start it from nothing."""
         self.message_id, self.epoch, self.index, self.offset, self.tool_calls = message_id, 0, 0, 0, None
         self.interrupts_sent = ()
+        self.switches += 1
         await self.send_status(state, message_id, run_id, epoch)
 
     async def send_status(self, state: str, message_id: uuid.UUID | None, run_id: Any, epoch: int) -> None:
