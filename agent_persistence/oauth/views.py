@@ -11,13 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers, status
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..api.errors import error_body
+from ..api.schema import extend_schema
 from ..api.serializers.base import StrictSerializer, error_responses
 from ..api.views.base import ScopedAPIView
 from ..conf import app_settings
@@ -25,9 +27,12 @@ from .exceptions import OAuthServerError, SecretUnreadable
 from .store import integration_store
 
 
+INTEGRATION_STATUSES = ["connected", "expired", "pending", "disconnected", "unreadable"]
+
+
 class IntegrationStatusSerializer(serializers.Serializer):
     server = serializers.CharField()
-    status = serializers.ChoiceField(choices=["connected", "expired", "pending", "disconnected", "unreadable"])
+    status = serializers.ChoiceField(choices=INTEGRATION_STATUSES)
     scope = serializers.CharField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True, help_text="When the access token expires.")
     pending_expires_at = serializers.DateTimeField(allow_null=True, help_text="When a started authorization lapses.")
@@ -81,6 +86,8 @@ class IntegrationListView(ScopedAPIView):
 
 class AuthorizeView(OAuthServerErrorMixin, ScopedAPIView):
     """Start an authorization of ``server`` for the caller (PKCE S256, state, registration)."""
+
+    parser_classes = [JSONParser]
 
     @extend_schema(
         request=AuthorizeInputSerializer,
