@@ -10,6 +10,7 @@
 - E007: an ENCRYPTION_KEYS entry is not a valid Fernet key.
 - E008: DEAD_AFTER is not larger than HEARTBEAT_INTERVAL.
 - E009: a size limit above what the database backend can hold.
+- E010: MCP_SERVERS is not a dict of server name -> dict.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ POSITIVE_NUMBERS = (
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "SWEEP_BATCH_SIZE",
+    "OAUTH_PENDING_TTL",
+    "OAUTH_REFRESH_MARGIN",
+    "OAUTH_HTTP_TIMEOUT",
 )
 
 # The largest single value each backend stores in a JSON or blob column.
@@ -69,6 +73,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 errors.append(Error(f"{SETTING_NAME}[{key!r}] does not import: {exc}", id="agent_persistence.E002"))
     errors.extend(_check_numbers())
     errors.extend(_check_agents())
+    errors.extend(_check_mcp_servers())
     errors.extend(_check_storage())
     errors.extend(_check_keys())
     return errors
@@ -107,6 +112,18 @@ def _check_agents() -> list[Any]:
         if not isinstance(path, str):
             errors.append(Error(f"Agent {name!r} must be an import path string.", id="agent_persistence.E006"))
     return errors
+
+
+def _check_mcp_servers() -> list[Any]:
+    servers = app_settings.raw("MCP_SERVERS")
+    if not isinstance(servers, dict) or not all(isinstance(name, str) and isinstance(conf, dict) for name, conf in servers.items()):
+        return [
+            Error(
+                f"{SETTING_NAME}['MCP_SERVERS'] must be a dict of server name -> dict of settings.",
+                id="agent_persistence.E010",
+            )
+        ]
+    return []
 
 
 def _check_storage() -> list[Any]:

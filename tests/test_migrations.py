@@ -20,3 +20,27 @@ def test_no_missing_migrations() -> None:
 @pytest.mark.django_db
 def test_system_checks_pass() -> None:
     call_command("check", "--database", "default", "--fail-level", "WARNING")
+
+
+def test_a_bad_setting_is_a_system_check_error_with_a_stable_id() -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    from agent_persistence.checks import check_settings
+
+    base = settings.AGENT_PERSISTENCE
+    cases = {
+        "agent_persistence.E001": {"NOT_A_SETTING": 1},
+        "agent_persistence.E002": {"EVENT_STORE": "nowhere.Store"},
+        "agent_persistence.E003": {"HEARTBEAT_INTERVAL": -1},
+        "agent_persistence.E005": {"FILE_STORAGE": "missing"},
+        "agent_persistence.E006": {"AGENTS": {"x": "nowhere.Agent"}},
+        "agent_persistence.E007": {"ENCRYPTION_KEYS": ["not-a-key"]},
+        "agent_persistence.E008": {"DEAD_AFTER": 0.5, "HEARTBEAT_INTERVAL": 1.0},
+        "agent_persistence.E010": {"MCP_SERVERS": ["calendar"]},
+        "agent_persistence.W001": {"ENCRYPTION_KEYS": []},
+    }
+    for check_id, overrides in cases.items():
+        with override_settings(AGENT_PERSISTENCE={**base, **overrides}):
+            assert check_id in [message.id for message in check_settings()], check_id
+    assert check_settings() == []

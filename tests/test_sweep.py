@@ -62,3 +62,16 @@ def test_sweep_purges_recordings_of_finished_turns_and_cancels_lapsed_interrupts
     assert "recordings: 1" in output and "interrupts: 1" in output
     assert not StreamRecording.objects.exists()
     assert Interrupt.objects.get(pk=lapsed.pk).status == "cancelled"
+
+
+def test_sweep_clears_expired_oauth_pendings_and_deletes_empty_records() -> None:
+    from agent_persistence.fields import digest
+    from agent_persistence.models import McpIntegration
+
+    McpIntegration.objects.create(
+        user="alice", server="calendar", pending_state_digest=digest("s1"), pending_code_verifier="v",
+        pending_expires_at=timezone.now() - timedelta(minutes=1),
+    )
+    kept = McpIntegration.objects.create(user="bob", server="calendar", access_token="t")
+    assert "oauth: 1" in sweep("--only", "oauth")
+    assert list(McpIntegration.objects.values_list("pk", flat=True)) == [kept.pk]

@@ -3,7 +3,8 @@
 - expired files (``expires_at`` passed): record and content;
 - events older than ``EVENT_RETENTION`` seconds (kept forever when it is None);
 - stream recordings of finished turns older than ``RECORDING_RETENTION``;
-- lapsed interrupts (``expires_at`` passed) become cancelled.
+- lapsed interrupts (``expires_at`` passed) become cancelled;
+- expired MCP OAuth pending authorizations (a record left empty is deleted).
 
 Each sweep repeats its batch until a batch comes back short, so one run
 catches up; every batch is its own short transaction, and several sweepers may
@@ -42,11 +43,18 @@ def sweep_interrupts(batch: int) -> int:
     return interrupt_store().expire_lapsed(now=timezone.now(), limit=batch)
 
 
+def sweep_oauth(batch: int) -> int:
+    from ...oauth.store import integration_store
+
+    return integration_store().purge_expired_pendings(now=timezone.now(), limit=batch)
+
+
 SWEEPS: dict[str, Callable[[int], int]] = {
     "files": sweep_files,
     "events": sweep_events,
     "recordings": sweep_recordings,
     "interrupts": sweep_interrupts,
+    "oauth": sweep_oauth,
 }
 
 
@@ -60,7 +68,7 @@ def run_sweep(sweep: Callable[[int], int], batch: int) -> int:
 
 
 class Command(BaseCommand):
-    help = "Delete expired files, old events and recordings of finished turns; cancel lapsed interrupts."
+    help = "Delete expired files, old events, recordings of finished turns and OAuth pendings; cancel lapsed interrupts."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--only", action="append", choices=sorted(SWEEPS), help="Run only this sweep (repeatable).")
