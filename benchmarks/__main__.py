@@ -6,9 +6,15 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import checkpoints, runtime, storage, streaming
+from . import api, checkpoints, runtime, storage, streaming
 
-BENCHMARKS: dict[str, ModuleType] = {"storage": storage, "turns": runtime, "checkpoints": checkpoints, "streaming": streaming}
+BENCHMARKS: dict[str, ModuleType] = {
+    "storage": storage,
+    "turns": runtime,
+    "checkpoints": checkpoints,
+    "streaming": streaming,
+    "api": api,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
