@@ -62,6 +62,7 @@ def test_create_with_a_chosen_id_then_the_same_id_again_is_409(alice_client: Any
         ({"metadata": [1]}, "invalid", "metadata"),
         ({"id": "not-a-uuid"}, "invalid", "id"),
         ({"action_due_at": "tomorrow"}, "invalid", "action_due_at"),
+        ({"action_due_at": "2030-01-01T00:00:00"}, "invalid", "action_due_at"),
         ({"title": "x" * 501}, "invalid", "title"),
     ],
 )

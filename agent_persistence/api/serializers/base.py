@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse
+from django.utils import timezone
 from rest_framework import serializers
 
 from ...exceptions import Validation
@@ -115,3 +116,14 @@ def page_serializer(item: type[serializers.Serializer], name: str) -> type[seria
             "has_more": serializers.BooleanField(),
         },
     )
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 date and time with a zone; a naive one is ``invalid``, as the stores have it."""
+
+    default_error_messages = {"naive": "Datetime must carry a time zone (Z or +hh:mm)."}
+
+    def enforce_timezone(self, value: Any) -> Any:
+        if timezone.is_naive(value):
+            self.fail("naive")
+        return super().enforce_timezone(value)

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from ...models.conversations import LastTurnStatus, Role
 from .base import (
+    AwareDateTimeField,
     JSONArrayField,
     JSONObjectField,
     StrictBooleanField,
@@ -88,7 +89,7 @@ class ConversationCreateInputSerializer(StrictSerializer):
     metadata = JSONObjectField(required=False, allow_null=True)
     state = JSONObjectField(required=False, allow_null=True)
     shared = StrictBooleanField(required=False)
-    action_due_at = serializers.DateTimeField(required=False, allow_null=True)
+    action_due_at = AwareDateTimeField(required=False, allow_null=True)
 
 
 class ConversationUpdateInputSerializer(StrictSerializer):
@@ -97,7 +98,7 @@ class ConversationUpdateInputSerializer(StrictSerializer):
     metadata = JSONObjectField(required=False, allow_null=True)
     state = JSONObjectField(required=False, allow_null=True)
     shared = StrictBooleanField(required=False)
-    action_due_at = serializers.DateTimeField(required=False, allow_null=True)
+    action_due_at = AwareDateTimeField(required=False, allow_null=True)
 
 
 class MessageCreateInputSerializer(StrictSerializer):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from .base import StrictSerializer, page_serializer
+from .base import AwareDateTimeField, StrictSerializer, page_serializer
 
 
 class FileSerializer(serializers.Serializer):
@@ -28,4 +28,4 @@ class FileUploadInputSerializer(StrictSerializer):
 
     file = serializers.FileField(allow_empty_file=True, use_url=False, help_text="The content; its name and type are kept.")
     message_id = serializers.UUIDField(required=False, allow_null=True, help_text="A message of the conversation.")
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text="Purged after this time.")
+    expires_at = AwareDateTimeField(required=False, allow_null=True, help_text="Purged after this time.")

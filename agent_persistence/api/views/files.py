@@ -1,17 +1,17 @@
 """Views of a conversation's files: multipart upload, listing, metadata, streamed download, delete.
 
 Uploads pass through :class:`SizeLimitedUploadHandler` before Django's own
-handlers, so a file over ``MAX_FILE_BYTES`` is refused with 413 ``too_large``
-as soon as the limit is crossed, before it is spooled to disk or memory in
-full, and nothing is stored.
+handlers, so a file over ``MAX_FILE_BYTES`` stops the upload as soon as the
+limit is crossed, before it is spooled to disk or memory in full; the view
+then answers 413 ``too_large`` and nothing is stored.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.files.uploadhandler import FileUploadHandler, load_handler
 from django.conf import settings
+from django.core.files.uploadhandler import FileUploadHandler, StopUpload, load_handler
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -31,12 +31,18 @@ from .conversations import PAGING_PARAMETERS, READ_ERRORS, order_param, validate
 
 
 class SizeLimitedUploadHandler(FileUploadHandler):
-    """Refuses an uploaded file with StorageLimit once it passes ``MAX_FILE_BYTES``."""
+    """Stops the upload once a file passes ``MAX_FILE_BYTES``, and remembers that it did.
+
+    StopUpload lets Django close the other handlers' partial files; the view
+    turns ``exceeded`` into StorageLimit (413).
+    """
+
+    exceeded = False
 
     def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
-        limit = app_settings.MAX_FILE_BYTES
-        if start + len(raw_data) > limit:
-            raise StorageLimit(f"The file is larger than {limit} bytes.", limit=limit)
+        if start + len(raw_data) > app_settings.MAX_FILE_BYTES:
+            self.exceeded = True
+            raise StopUpload(connection_reset=True)
         return raw_data
 
     def file_complete(self, file_size: int) -> None:
@@ -51,15 +57,23 @@ class ConversationFileListView(ScopedAPIView):
     """A conversation's files, oldest first; upload one (multipart/form-data, field ``file``)."""
 
     parser_classes = [MultiPartParser]
+    size_limit: SizeLimitedUploadHandler | None = None
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # Before authentication, which may read the body (the CSRF check of session auth).
         if request.method == "POST" and not hasattr(request._request, "_files"):
+            self.size_limit = SizeLimitedUploadHandler(request._request)
             request._request.upload_handlers = [
-                SizeLimitedUploadHandler(request._request),
+                self.size_limit,
                 *(load_handler(path, request._request) for path in settings.FILE_UPLOAD_HANDLERS),
             ]
         super().initial(request, *args, **kwargs)
+
+    def check_upload_size(self, request: Request) -> None:
+        request.data  # parse the body, through the size-limited handler
+        if self.size_limit is not None and self.size_limit.exceeded:
+            limit = app_settings.MAX_FILE_BYTES
+            raise StorageLimit(f"The file is larger than {limit} bytes.", limit=limit)
 
     @extend_schema(
         operation_id="files_list",
@@ -76,6 +90,7 @@ class ConversationFileListView(ScopedAPIView):
         responses={201: FileSerializer, **error_responses(400, 401, 403, 404, 413, 415)},
     )
     def post(self, request: Request, conversation_id: str) -> Response:
+        self.check_upload_size(request)
         data = validated(FileUploadInputSerializer, request)
         upload = data["file"]
         record = file_store().save(
