@@ -19,14 +19,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from ..conf import app_settings
 from ..exceptions import AgentPersistenceError, NotFound, Validation
 from ..runtime.loop import run_async
-from ..runtime.producer import replica_id
 from ..runtime.turns import cancel_turn, continue_turn, resume_turn, start_turn
 from ..scope import Scope
 from ..stores.base import readable_conversation
 from . import protocol
-from .delivery import layer_spans_processes
+from .delivery import layer_spans_processes, relay
 from .follower import Follower
-from .groups import conversation_group
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +37,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     """``ws/conversations/<conversation_id>/``: see ``docs/reference/websocket.md``."""
 
     follower: Follower | None = None
-    group: str | None = None
+    relayed = False
 
     async def connect(self) -> None:
         # Accept first, so a refusal reaches the client as a close code rather than a bare HTTP 403.
@@ -59,15 +57,15 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self.conversation_id: uuid.UUID = conversation.pk
         self.follower = Follower(self.user_scope, self.conversation_id, self.send_json)
         if layer_spans_processes(self.channel_layer):
-            self.group = conversation_group(self.conversation_id)
-            await self.channel_layer.group_add(self.group, self.channel_name)
+            self.relayed = True
+            await relay().follow(self.conversation_id)
 
     async def disconnect(self, code: int) -> None:
         # A disconnect never stops a turn: only the follower goes.
         if self.follower is not None:
             await self.follower.close()
-        if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.relayed:
+            await relay().unfollow(self.conversation_id)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         if self.follower is None:
@@ -107,13 +105,6 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     async def on_resume(self, frame: dict[str, Any]) -> None:
         handle = await run_async(resume_turn(self.user_scope, self.conversation_id, message_id=frame.get("message_id")))
         await self.send_json({"type": "resumed", **_handle(handle)})
-
-    # -- group messages -------------------------------------------------------------------------------
-
-    async def agent_persistence_update(self, message: dict[str, Any]) -> None:
-        """An update from another process (this process's own reach the follower through the hub)."""
-        if self.follower is not None and message.get("origin") != replica_id():
-            self.follower.push(message["payload"])
 
 
 def _handle(handle: Any) -> dict[str, Any]:

@@ -12,8 +12,11 @@ applies each update at most once and in order:
   ``InMemoryChannelLayer``, e.g. channels-redis): one ``group_send`` per
   update, sent in order by one sender task per event loop, carrying only the
   text added since the previous update of that producer (``offset`` says
-  where it goes). Followers in the producing process ignore these (the hub
-  served them).
+  where it goes). Sockets do not join the group themselves: each process has
+  one :class:`Relay` channel that joins the group of every conversation it
+  has followers of and hands what it receives to the hub, so the layer's
+  work grows with processes, not sockets. A process ignores its own
+  messages (the hub served them).
 
 When the layer does not span processes, followers elsewhere follow the
 recording (see :mod:`.follower`).
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import uuid
 import weakref
@@ -34,10 +38,22 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from ..runtime import hooks
-from ..runtime.producer import replica_id
 from .groups import UPDATE_TYPE, conversation_group
 
 logger = logging.getLogger(__name__)
+
+_origin: tuple[int, str] = (0, "")
+
+
+def origin() -> str:
+    """This process on the layer (its own group messages come back to its relay and are ignored).
+
+    Made per process id, so workers forked from one parent differ.
+    """
+    global _origin
+    if _origin[0] != os.getpid():
+        _origin = (os.getpid(), f"{os.getpid()}.{uuid.uuid4().hex}")
+    return _origin[1]
 
 Payload = dict[str, Any]
 
@@ -100,7 +116,7 @@ class GroupSender:
     MAX_TRACKED = 10_000
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[tuple[str, Payload]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self.published: OrderedDict[tuple[uuid.UUID, uuid.UUID, int], int] = OrderedDict()
         self.task = asyncio.get_running_loop().create_task(self._send_forever(), name="agent_persistence.group_sender")
 
@@ -125,7 +141,7 @@ class GroupSender:
             # message per group, so the sender catches up instead of falling further behind.
             merged = merge_updates(batch)
             results = await asyncio.gather(
-                *(layer.group_send(group, {"type": UPDATE_TYPE, "origin": replica_id(), "payload": payload}) for group, payload in merged),
+                *(layer.group_send(group, message) for group, message in merged),
                 return_exceptions=True,
             )
             for (group, _), result in zip(merged, results):
@@ -134,20 +150,22 @@ class GroupSender:
 
 
 def merge_updates(batch: list[tuple[str, Payload]]) -> list[tuple[str, Payload]]:
-    """One payload per group: consecutive deltas of one producer become one delta (text concatenated)."""
-    merged: dict[str, Payload] = {}
+    """One message per group: consecutive deltas of one producer become one delta (text concatenated)."""
+    merged: dict[str, dict[str, Any]] = {}
     order: list[str] = []
-    for group, payload in batch:
-        previous = merged.get(group)
-        if previous is None:
-            merged[group] = dict(payload)
+    for group, message in batch:
+        payload = message["payload"]
+        previous_message = merged.get(group)
+        if previous_message is None:
+            merged[group] = {**message, "payload": dict(payload)}
             order.append(group)
             continue
+        previous = previous_message["payload"]
         same_producer = (previous["message_id"], previous["epoch"]) == (payload["message_id"], payload["epoch"])
         if same_producer and payload["offset"] == previous["offset"] + len(previous["text"]):
             previous.update(index=payload["index"], text=previous["text"] + payload["text"], tool_calls=payload["tool_calls"])
-        else:
-            merged[group] = dict(payload)
+        else:  # a gap or another producer: the newer one wins, followers fill gaps from the recording
+            merged[group] = {**message, "payload": dict(payload)}
     return [(group, merged[group]) for group in order]
 
 
@@ -160,6 +178,69 @@ def sender() -> GroupSender:
     if current is None or current.task.done():
         current = _senders[loop] = GroupSender()
     return current
+
+
+class Relay:
+    """This process's channel on the layer: receives the updates of the conversations followed here."""
+
+    def __init__(self) -> None:
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self.followers: dict[uuid.UUID, int] = {}
+        self.lock = asyncio.Lock()
+        self.task: asyncio.Task[None] | None = None
+
+    async def follow(self, conversation_id: uuid.UUID) -> None:
+        async with self.lock:
+            if self.channel is None or self.task is None or self.task.done():
+                # The default prefix: channels-redis reads all of a process's channels through one list.
+                self.channel = await self.layer.new_channel()
+                self.task = asyncio.get_running_loop().create_task(self._receive_forever(self.channel), name="agent_persistence.relay")
+                for followed in self.followers:
+                    await self.layer.group_add(conversation_group(followed), self.channel)
+            self.followers[conversation_id] = self.followers.get(conversation_id, 0) + 1
+            if self.followers[conversation_id] == 1:
+                await self.layer.group_add(conversation_group(conversation_id), self.channel)
+
+    async def unfollow(self, conversation_id: uuid.UUID) -> None:
+        async with self.lock:
+            remaining = self.followers.get(conversation_id, 1) - 1
+            if remaining > 0:
+                self.followers[conversation_id] = remaining
+                return
+            self.followers.pop(conversation_id, None)
+            if self.channel is not None:
+                await self.layer.group_discard(conversation_group(conversation_id), self.channel)
+
+    async def _receive_forever(self, channel: str) -> None:
+        me = origin()
+        while True:
+            try:
+                message = await self.layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the layer is down: followers read the recording meanwhile
+                logger.warning("The relay could not receive; retrying.", exc_info=True)
+                await asyncio.sleep(1.0)
+                continue
+            if message.get("origin") != me and "conversation_id" in message:
+                hub.publish(uuid.UUID(message["conversation_id"]), message["payload"])
+
+
+_relays: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Relay]" = weakref.WeakKeyDictionary()
+
+
+def relay() -> Relay:
+    """The relay of the running loop (the server's)."""
+    loop = asyncio.get_running_loop()
+    current = _relays.get(loop)
+    if current is None:
+        current = _relays[loop] = Relay()
+    return current
+
+
+def group_message(conversation_id: uuid.UUID, payload: Payload) -> dict[str, Any]:
+    return {"type": UPDATE_TYPE, "origin": origin(), "conversation_id": str(conversation_id), "payload": payload}
 
 
 def delta_payload(update: hooks.StreamUpdate, offset: int, text: str) -> Payload:
@@ -180,7 +261,9 @@ def on_stream(update: hooks.StreamUpdate) -> None:
     if layer_spans_processes():
         group_sender = sender()
         offset, text = group_sender.increment(update)
-        group_sender.queue.put_nowait((conversation_group(update.conversation_id), delta_payload(update, offset, text)))
+        group_sender.queue.put_nowait(
+            (conversation_group(update.conversation_id), group_message(update.conversation_id, delta_payload(update, offset, text)))
+        )
 
 
 def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID, **kwargs: Any) -> None:
@@ -189,9 +272,7 @@ def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_
     hub.publish(conversation_id, payload)
     if layer_spans_processes():
         try:
-            async_to_sync(get_channel_layer().group_send)(
-                conversation_group(conversation_id), {"type": UPDATE_TYPE, "origin": replica_id(), "payload": payload}
-            )
+            async_to_sync(get_channel_layer().group_send)(conversation_group(conversation_id), group_message(conversation_id, payload))
         except Exception:  # noqa: BLE001 - followers elsewhere see the seal when they next read the turn
             logger.warning("Could not announce the end of turn %s", message_id, exc_info=True)
 

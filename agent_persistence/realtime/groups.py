@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-#: The ``type`` of a group message; Channels dispatches it to ``ConversationConsumer.agent_persistence_update``.
+#: The ``type`` of a group message (received by each process's relay, see :mod:`.delivery`).
 UPDATE_TYPE = "agent_persistence.update"
 
 

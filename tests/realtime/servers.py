@@ -33,6 +33,7 @@ class Server:
     def __init__(self, env: dict[str, str], name: str) -> None:
         self.port = free_port()
         self.name = name
+        self.redis = "REDIS_URL" in env
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_ws_{os.getpid()}_{name}.log"
         self.log = self.log_path.open("w")
         self.process = subprocess.Popen(

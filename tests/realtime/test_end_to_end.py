@@ -70,6 +70,9 @@ async def test_a_turn_produced_on_a_is_followed_from_b_and_by_a_second_tab(serve
             )
     for client in (follower, tab, starter):
         assert client.text == ANSWER and client.final_text == ANSWER
+    deltas = sum(frame["type"] == "delta" for frame in follower.frames)
+    if os.environ.get("REDIS_URL") and a.redis:
+        assert deltas > 25  # pushed through the layer, not read from the recording every half second
 
 
 async def test_a_client_that_disconnects_reattaches_with_its_last_index(servers: list[Server], session: Any) -> None:
