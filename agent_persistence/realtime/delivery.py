@@ -247,6 +247,7 @@ def delta_payload(update: hooks.StreamUpdate, offset: int, text: str) -> Payload
     return {
         "kind": "delta",
         "message_id": str(update.message_id),
+        "run_id": str(update.run_id),
         "epoch": update.epoch,
         "index": update.index,
         "offset": offset,

@@ -231,7 +231,8 @@ class Follower:
             return
         self.last_live = time.monotonic()
         message_id = uuid.UUID(payload["message_id"])
-        await self.advance(message_id, payload["epoch"], payload["index"], payload["offset"], payload["text"], payload["tool_calls"])
+        await self.advance(message_id, payload["epoch"], payload["index"], payload["offset"], payload["text"], payload["tool_calls"],
+                           run_id=payload.get("run_id"))
 
     async def switch_to(self, message_id: uuid.UUID, state: str = "alive", run_id: Any = None, epoch: int = 0) -> None:
         """A turn the client has not seen: start it from nothing."""
@@ -255,12 +256,12 @@ class Follower:
         })
 
     async def advance(self, message_id: uuid.UUID, epoch: int, index: int, base: int, text: str,
-                      tool_calls: list[dict[str, Any]] | None) -> None:
+                      tool_calls: list[dict[str, Any]] | None, run_id: Any = None) -> None:
         """Apply the text ``text`` (which starts at ``base``) of ``message_id`` at (``epoch``, ``index``)."""
         if message_id != self.message_id:
             if message_id in self.finalized:
                 return
-            await self.switch_to(message_id, epoch=epoch)
+            await self.switch_to(message_id, "alive", run_id, epoch)
         if message_id in self.finalized or epoch < self.epoch or index <= self.index:
             return
         if base > self.offset:

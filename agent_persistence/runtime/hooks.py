@@ -23,6 +23,7 @@ class StreamUpdate:
 
     conversation_id: uuid.UUID
     message_id: uuid.UUID
+    run_id: uuid.UUID
     epoch: int
     index: int
     content: str

@@ -39,7 +39,6 @@ from ..scope import Scope
 from ..stores import checkpoint_store, interrupt_store, recording_store, run_store, supervision_store
 from ..stores.supervision import fence
 from . import hooks
-from . import hooks
 from .agents import Agent
 from .turn import Turn, TurnSuspended
 
@@ -193,20 +192,8 @@ class Producer:
             return
         message = self.turn.message()
         hooks.publish(hooks.StreamUpdate(
-            self.conversation_id, self.plan.message_id, self.epoch, self.index, message["content"], message.get("tool_calls"),
-        ))
-        if hooks.stream_listeners and not self.publish_pending and not self.fenced:
-            # One publish per loop iteration, however many chunks were streamed in it.
-            self.publish_pending = True
-            asyncio.get_running_loop().call_soon(self.publish)
-
-    def publish(self) -> None:
-        self.publish_pending = False
-        if self.fenced:
-            return
-        message = self.turn.message()
-        hooks.publish(hooks.StreamUpdate(
-            self.conversation_id, self.plan.message_id, self.epoch, self.index, message["content"], message.get("tool_calls"),
+            self.conversation_id, self.plan.message_id, self.plan.run_id, self.epoch, self.index, message["content"],
+            message.get("tool_calls"),
         ))
 
     def checkpoint(self) -> dict[str, Any]:
