@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 from typing import Any, Coroutine, TypeVar
 
@@ -39,8 +40,15 @@ def producer_loop() -> asyncio.AbstractEventLoop:
 
 
 def submit(coroutine: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
-    """Run ``coroutine`` on the producer loop; the returned future is safe to wait on from any thread."""
-    return asyncio.run_coroutine_threadsafe(coroutine, producer_loop())
+    """Run ``coroutine`` on the producer loop; the returned future is safe to wait on from any thread.
+
+    The coroutine starts in an empty ``contextvars`` context, not the caller's:
+    under an ASGI server the caller is a request's sync thread, and asgiref's
+    thread-sensitive calls made in the request's context would queue behind
+    that very thread (a deadlock) and die with the request. Producers outlive
+    requests, so their database calls get asgiref's own single sync thread.
+    """
+    return contextvars.Context().run(asyncio.run_coroutine_threadsafe, coroutine, producer_loop())
 
 
 def run(coroutine: Coroutine[Any, Any, T], timeout: float | None = 60) -> T:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from drf_spectacular.openapi import AutoSchema
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from ...scope import Scope
@@ -20,12 +19,8 @@ class ScopedAPIView(APIView):
     """
 
     permission_classes = [HasScope]
+    # Decorate handlers with agent_persistence.api.schema.extend_schema, which builds on this class too.
     schema = AutoSchema()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for name in cls.http_method_names:
-            rebase_method_schema(getattr(cls.__dict__.get(name), "kwargs", {}).get("schema"))
 
     def get_exception_handler(self) -> Callable[..., Any]:
         return exception_handler
@@ -36,20 +31,3 @@ class ScopedAPIView(APIView):
         assert scope is not None, "HasScope let an unscoped request through"
         return scope
 
-
-def rebase_method_schema(schema: Any) -> None:
-    """Make a handler's ``@extend_schema`` class derive from drf-spectacular's AutoSchema.
-
-    On a method, ``extend_schema`` cannot see the view's ``schema`` and derives
-    from ``REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]`` (DRF's own AutoSchema unless
-    the host configured drf-spectacular), whose ``get_operation`` breaks the
-    schema view. Rebasing the decorator's own class keeps the host's settings
-    untouched.
-    """
-    default = api_settings.DEFAULT_SCHEMA_CLASS
-    if not isinstance(schema, type) or issubclass(schema, AutoSchema):
-        return
-    for klass in schema.__mro__:
-        if klass.__bases__ == (default,):
-            klass.__bases__ = (AutoSchema,)
-            return

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from ...exceptions import PreconditionFailed, Validation
 from ...stores import conversation_store, event_store
 from ..pagination import int_param, page_body, paging
+from ..schema import extend_schema
 from ..serializers.base import StrictSerializer, error_responses
 from ..serializers.conversations import (
     ConversationCreateInputSerializer,

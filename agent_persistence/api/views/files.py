@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload, load_handler
 from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
@@ -24,6 +24,7 @@ from ...conf import app_settings
 from ...exceptions import StorageLimit
 from ...stores import file_store
 from ..pagination import page_body, paging
+from ..schema import extend_schema
 from ..serializers.base import error_responses
 from ..serializers.files import FilePageSerializer, FileSerializer, FileUploadInputSerializer
 from .base import ScopedAPIView

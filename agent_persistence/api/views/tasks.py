@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from ...models.tasks import TaskStatus
 from ...stores import task_store
 from ..pagination import page_body, paging
+from ..schema import extend_schema
 from ..serializers.base import error_responses
 from ..serializers.tasks import (
     TaskCommentInputSerializer,
