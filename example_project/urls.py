@@ -2,10 +2,11 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from django.views.generic import RedirectView
+
+from example_project.demo import views as demo
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("agent_persistence.api.urls")),
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("", demo.index, name="demo"),
 ]
