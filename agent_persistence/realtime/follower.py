@@ -12,7 +12,7 @@ one queue and one task, so frames leave in order:
   ``RECORDING_FLUSH_INTERVAL`` when no live source covers the turn (the
   layer does not span processes and no producer of this process streamed
   lately), and every ``DEAD_AFTER / 2`` otherwise, as a safety net that also
-  notices a dead producer.
+  notices a dead producer; skipped while live updates keep coming.
 
 An update is applied only if it is newer: a higher epoch, or the same epoch
 and a higher index (a resumed producer starts from the recording's index, so
@@ -181,6 +181,9 @@ class Follower:
         live = self.spans or time.monotonic() - self.last_live < app_settings.DEAD_AFTER / 2
         return app_settings.DEAD_AFTER / 2 if live else app_settings.RECORDING_FLUSH_INTERVAL
 
+    # A follower reads the turn only when no live update came for a poll interval (or it is
+    # behind): while a turn streams live, its sockets cost the database nothing.
+
     async def follow(self) -> None:
         reading: asyncio.Task[None] | None = None
         next_read = time.monotonic() + self.poll_interval()
@@ -191,11 +194,15 @@ class Follower:
                     payload = await asyncio.wait_for(self.queue.get(), timeout)
                 except asyncio.TimeoutError:
                     payload = None
-                if payload is None or self.behind:
+                now = time.monotonic()
+                if payload is None and not self.behind and now - self.last_live < self.poll_interval():
+                    # Live updates flow: the turn is alive and nothing is missing, no read needed.
+                    next_read = self.last_live + self.poll_interval()
+                elif payload is None or self.behind:
                     # The read runs beside live delivery: a busy database never holds up the hub.
                     if reading is None or reading.done():
                         reading = asyncio.get_running_loop().create_task(self.read())
-                    next_read = time.monotonic() + self.poll_interval()
+                    next_read = now + self.poll_interval()
                 if payload is not None:
                     try:
                         await self.apply_payload(payload)
