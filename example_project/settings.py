@@ -103,7 +103,7 @@ STORAGES = {
 AGENT_PERSISTENCE = {
     # Development key only: generate your own with `python -m agent_persistence.keygen`.
     "ENCRYPTION_KEYS": [os.environ.get("AGENT_PERSISTENCE_KEY", "3q1q0V5zq4yJq8mJ9cY2o3lX6pQJb2b5m5t0Yk8n1dE=")],
-    "AGENTS": {"demo": "example_project.demo.agents.DemoAgent"},
+    "AGENTS": {"demo": "example_project.demo.agents.DemoAgent", "long": "example_project.demo.agents.LongAgent"},
 }
 
 AUTH_PASSWORD_VALIDATORS = []

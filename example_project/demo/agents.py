@@ -47,3 +47,19 @@ class DemoAgent(Agent):
             turn.stream(chunks[index])
             turn.state[part] = index + 1
             await asyncio.sleep(WORD_DELAY)
+
+
+LONG_ANSWER = " ".join(f"Sentence {i:03d} of a long, deterministic answer." for i in range(40)) + " The end."
+LONG_CHUNK = 12
+LONG_DELAY = 0.05
+
+
+class LongAgent(Agent):
+    """A long deterministic answer in small chunks: what ``manage.py crash_test --agent long`` kills."""
+
+    async def run(self, turn: Turn) -> None:
+        chunks = [LONG_ANSWER[i : i + LONG_CHUNK] for i in range(0, len(LONG_ANSWER), LONG_CHUNK)]
+        for index in range(turn.state.get("next", 0), len(chunks)):
+            turn.stream(chunks[index])
+            turn.state["next"] = index + 1
+            await asyncio.sleep(LONG_DELAY)
