@@ -34,7 +34,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from ..runtime import hooks
@@ -268,14 +268,38 @@ def on_stream(update: hooks.StreamUpdate) -> None:
 
 
 def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID, **kwargs: Any) -> None:
-    """``conversation_updated`` (a turn was sealed): tell every socket of the conversation, on every process."""
+    """``conversation_updated`` (a turn was sealed): tell every socket of the conversation, on every process.
+
+    The seal runs in a worker thread of the producer's loop; the group message is
+    queued on that loop's sender (after the turn's last delta) rather than sent
+    from here, so the database thread never waits on the layer.
+    """
     payload = {"kind": "sealed", "conversation_id": str(conversation_id), "message_id": str(message_id), "run_id": str(run_id)}
     hub.publish(conversation_id, payload)
-    if layer_spans_processes():
-        try:
-            async_to_sync(get_channel_layer().group_send)(conversation_group(conversation_id), group_message(conversation_id, payload))
-        except Exception:  # noqa: BLE001 - followers elsewhere see the seal when they next read the turn
-            logger.warning("Could not announce the end of turn %s", message_id, exc_info=True)
+    if not layer_spans_processes():
+        return
+    message = (conversation_group(conversation_id), group_message(conversation_id, payload))
+    loop = _calling_loop()
+    try:
+        if loop is not None:
+            loop.call_soon_threadsafe(lambda: sender().queue.put_nowait(message))
+        else:  # plain sync code (a management command): send it now
+            async_to_sync(get_channel_layer().group_send)(*message)
+    except Exception:  # noqa: BLE001 - followers elsewhere see the seal when they next read the turn
+        logger.warning("Could not announce the end of turn %s", message_id, exc_info=True)
+
+
+def _calling_loop() -> asyncio.AbstractEventLoop | None:
+    """The running loop of this thread, or the loop whose ``sync_to_async`` runs this thread."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    threadlocal = SyncToAsync.threadlocal
+    if getattr(threadlocal, "main_event_loop_pid", None) != os.getpid():
+        return None
+    loop = getattr(threadlocal, "main_event_loop", None)
+    return loop if loop is not None and loop.is_running() else None
 
 
 def connect() -> None:
