@@ -172,7 +172,7 @@ def merge_updates(batch: list[tuple[str, Payload]]) -> list[tuple[str, Payload]]
 _senders: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupSender]" = weakref.WeakKeyDictionary()
 
 
-def sender() -> GroupSender:
+def group_sender() -> GroupSender:
     loop = asyncio.get_running_loop()
     current = _senders.get(loop)
     if current is None or current.task.done():
@@ -260,9 +260,9 @@ def on_stream(update: hooks.StreamUpdate) -> None:
     """The runtime's stream listener: runs on the producer's loop for every published update."""
     hub.publish(update.conversation_id, delta_payload(update, 0, update.content))
     if layer_spans_processes():
-        group_sender = sender()
-        offset, text = group_sender.increment(update)
-        group_sender.queue.put_nowait(
+        current = group_sender()
+        offset, text = current.increment(update)
+        current.queue.put_nowait(
             (conversation_group(update.conversation_id), group_message(update.conversation_id, delta_payload(update, offset, text)))
         )
 
@@ -282,7 +282,7 @@ def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_
     loop = _calling_loop()
     try:
         if loop is not None:
-            loop.call_soon_threadsafe(lambda: sender().queue.put_nowait(message))
+            loop.call_soon_threadsafe(lambda: group_sender().queue.put_nowait(message))
         else:  # plain sync code (a management command): send it now
             async_to_sync(get_channel_layer().group_send)(*message)
     except Exception:  # noqa: BLE001 - followers elsewhere see the seal when they next read the turn
