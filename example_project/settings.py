@@ -89,7 +89,9 @@ if os.environ.get("REDIS_URL"):
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [os.environ["REDIS_URL"]]},
+            # redis-py's 5 s read timeout equals channels-redis's blocking receive: raise it, or
+            # idle sockets are dropped every 5 s.
+            "CONFIG": {"hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": 30}]},
         }
     }
 else:
