@@ -237,7 +237,12 @@ async def measure_capacity(a: Server, cookie: str, conversations: list[uuid.UUID
             await asyncio.wait_for(asyncio.gather(*(client.done.wait() for client in clients)), seconds * 3 + 30)
             complete = True
         except (asyncio.TimeoutError, OSError) as exc:
-            progress(f"{turns} turns: {type(exc).__name__}: not every turn was opened, started or finished in time")
+            opened = sum(client.connection is not None for client in clients)
+            finished = sum(client.done.is_set() for client in clients)
+            progress(
+                f"{turns} turns: {type(exc).__name__}: not every turn was opened, started or finished in time "
+                f"({opened} opened, {finished} finished)"
+            )
             complete = False
         latencies = [latency for client in clients for latency in client.latencies]
         await asyncio.gather(*(client.close() for client in clients if client.connection is not None), return_exceptions=True)

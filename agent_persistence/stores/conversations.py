@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -235,16 +235,30 @@ def conversation_pk(conversation_id: Any, *, create: bool) -> uuid.UUID:
 def claim_positions(scope: Scope, pk: uuid.UUID, count: int, now: datetime) -> int | None:
     """Reserve ``count`` positions in the scope's own conversation; the first one, or None.
 
-    The UPDATE also stamps ``updated_at`` and keeps the row write-locked until
-    the surrounding transaction ends, so the counter read back is ours alone.
+    One ``UPDATE ... RETURNING`` (PostgreSQL, and SQLite >= 3.35) raises the
+    counter, stamps ``updated_at`` and keeps the row write-locked until the
+    surrounding transaction ends, so the counter it returns is ours alone.
     """
-    claimed = Conversation.objects.filter(pk=pk, tenant=scope.tenant, owner=scope.user).update(
-        next_position=F("next_position") + count, updated_at=now
+    meta = Conversation._meta
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    counter, stamp = quote(meta.get_field("next_position").column), quote(meta.get_field("updated_at").column)
+    sql = (
+        f"UPDATE {table} SET {counter} = {counter} + %s, {stamp} = %s "
+        f"WHERE {quote(meta.pk.column)} = %s AND {quote(meta.get_field('tenant').column)} = %s "
+        f"AND {quote(meta.get_field('owner').column)} = %s RETURNING {counter}"
     )
-    if not claimed:
-        return None
-    next_position = Conversation.objects.filter(pk=pk).values_list("next_position", flat=True).get()
-    return next_position - count
+    params = [
+        count,
+        meta.get_field("updated_at").get_db_prep_value(now, connection),
+        meta.pk.get_db_prep_value(pk, connection),
+        scope.tenant,
+        scope.user,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return None if row is None else row[0] - count
 
 
 def create_if_absent(scope: Scope, pk: uuid.UUID, *, agent: str, title: str | None, now: datetime) -> None:
@@ -287,6 +301,11 @@ def check_runs(pk: uuid.UUID, run_ids: Iterable[uuid.UUID | None]) -> None:
 
 
 def insert_message(pk: uuid.UUID, message: MessageInput, position: int, now: datetime) -> Message:
+    """Insert the row; a taken id raises IntegrityError, which the caller turns into :func:`message_conflict`.
+
+    No savepoint of its own: the caller's ``atomic()`` is the unit that a
+    duplicate id rolls back, which saves two round trips per append.
+    """
     row = Message(
         id=message.id,
         conversation_id=pk,
@@ -296,17 +315,24 @@ def insert_message(pk: uuid.UUID, message: MessageInput, position: int, now: dat
         updated_at=now,
         **message.fields,
     )
-    try:
-        with transaction.atomic():
-            row.save(force_insert=True)
-    except IntegrityError:
-        if Message.objects.filter(pk=message.id).exists():
-            raise Conflict(
-                "A message with this id already exists.", code="message_exists", id=str(message.id)
-            ) from None
-        # Only a taken position is left, which the row lock rules out; report it, never the driver error.
-        raise Conflict("The transcript changed during the write; try again.") from None
+    row.save(force_insert=True)
     return row
+
+
+def message_conflict(message_ids: Iterable[uuid.UUID], *, merged_into: uuid.UUID | None = None) -> Conflict:
+    """The domain error for an insert the database refused (the transaction is rolled back by then).
+
+    ``merged_into``: a merge replaces its conversation's own ids, so only an id
+    held by another conversation can have been refused.
+    """
+    taken_ids = Message.objects.filter(pk__in=list(message_ids))
+    if merged_into is not None:
+        taken_ids = taken_ids.exclude(conversation_id=merged_into)
+    taken = taken_ids.values_list("pk", flat=True).first()
+    if taken is not None:
+        return Conflict("A message with this id already exists.", code="message_exists", id=str(taken))
+    # Only a taken position is left, which the row lock rules out; report it, never the driver error.
+    return Conflict("The transcript changed during the write; try again.")
 
 
 def transcript(pk: uuid.UUID) -> list[Message]:
@@ -496,10 +522,13 @@ class ConversationStore:
         agent = clean_agent(agent)
         title = clean_text(title, "title", max_length=_max_length(Conversation, "title"), null=True)
         now = timezone.now()
-        with transaction.atomic():
-            position = claim_conversation(scope, pk, count=1, create=create, agent=agent, title=title, now=now)
-            check_runs(pk, [message.run_id])
-            return insert_message(pk, message, position, now)
+        try:
+            with transaction.atomic():
+                position = claim_conversation(scope, pk, count=1, create=create, agent=agent, title=title, now=now)
+                check_runs(pk, [message.run_id])
+                return insert_message(pk, message, position, now)
+        except IntegrityError:
+            raise message_conflict([message.id]) from None
 
     def get_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> Message:
         conversation = readable_conversation(scope, conversation_id)
@@ -582,6 +611,14 @@ class ConversationStore:
         incoming = clean_incoming_messages(messages)
         agent = clean_agent(agent)
         now = timezone.now()
+        try:
+            return self._merge(scope, pk, incoming, create=create, agent=agent, now=now)
+        except IntegrityError:
+            raise message_conflict((message.id for message in incoming), merged_into=pk) from None
+
+    def _merge(
+        self, scope: Scope, pk: uuid.UUID, incoming: list[MessageInput], *, create: bool, agent: str, now: datetime
+    ) -> list[Message]:
         with transaction.atomic():
             if not incoming:
                 # Nothing to merge: history is never touched, not even updated_at.

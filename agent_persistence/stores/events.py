@@ -92,17 +92,17 @@ class EventStore:
         if not batch:
             writable_conversation(scope, conversation_id)
             return []
-        with transaction.atomic():
-            conversation = writable_conversation(scope, conversation_id, for_update=True)
-            first_seq = conversation.last_event_seq + 1
-            _advance_counter(conversation, len(batch), _stop_reason_after(conversation.event_stop_reason, batch))
-            rows = [event.row(conversation, first_seq + offset) for offset, event in enumerate(batch)]
-            try:
-                with transaction.atomic():
-                    return Event.objects.bulk_create(rows)
-            except IntegrityError:
-                # Only a writer that bypasses the counter can collide with numbers handed out under its lock.
-                raise Conflict("These event numbers are already taken.", code="event_seq_taken") from None
+        try:
+            # One transaction, no inner savepoint: a refused insert rolls the counter back with it.
+            with transaction.atomic():
+                conversation = writable_conversation(scope, conversation_id, for_update=True)
+                first_seq = conversation.last_event_seq + 1
+                _advance_counter(conversation, len(batch), _stop_reason_after(conversation.event_stop_reason, batch))
+                rows = [event.row(conversation, first_seq + offset) for offset, event in enumerate(batch)]
+                return Event.objects.bulk_create(rows)
+        except IntegrityError:
+            # Only a writer that bypasses the counter can collide with numbers handed out under its lock.
+            raise Conflict("These event numbers are already taken.", code="event_seq_taken") from None
 
     def list(
         self,
