@@ -17,6 +17,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
 from django.db.models import Q
 
 from ..conf import app_settings
@@ -232,3 +233,30 @@ def clean_epoch(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EPOCH:
         raise Validation("epoch must be a whole number, 0 or more.", field="epoch")
     return value
+
+
+def bump_counter(scope: Scope, conversation_pk: uuid.UUID, counter: str, by: int, **also: Any) -> int | None:
+    """Raise a counter column of the scope's own conversation in one statement; its new value, or None.
+
+    ``UPDATE ... SET counter = counter + by, <also> WHERE pk, tenant, owner
+    RETURNING counter`` (PostgreSQL, and SQLite >= 3.35): the row stays
+    write-locked until the surrounding transaction ends, so the numbers below
+    the returned value are the caller's alone. None when the scope does not own
+    the conversation (the caller tells NotFound from ConversationNotOwned).
+    """
+    meta = Conversation._meta
+    quote = connection.ops.quote_name
+    column = quote(meta.get_field(counter).column)
+    assignments = [f"{column} = {column} + %s"]
+    params: list[Any] = [by]
+    for name, value in also.items():
+        field = meta.get_field(name)
+        assignments.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_value(value, connection))
+    where = " AND ".join(f"{quote(meta.get_field(name).column)} = %s" for name in ("id", "tenant", "owner"))
+    params += [meta.pk.get_db_prep_value(conversation_pk, connection), scope.tenant, scope.user]
+    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {column}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return None if row is None else row[0]

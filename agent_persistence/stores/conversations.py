@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -34,6 +34,7 @@ from .base import (
     UNSET,
     Page,
     async_twin,
+    bump_counter,
     check_scope,
     clean_datetime,
     clean_json,
@@ -233,32 +234,9 @@ def conversation_pk(conversation_id: Any, *, create: bool) -> uuid.UUID:
 
 
 def claim_positions(scope: Scope, pk: uuid.UUID, count: int, now: datetime) -> int | None:
-    """Reserve ``count`` positions in the scope's own conversation; the first one, or None.
-
-    One ``UPDATE ... RETURNING`` (PostgreSQL, and SQLite >= 3.35) raises the
-    counter, stamps ``updated_at`` and keeps the row write-locked until the
-    surrounding transaction ends, so the counter it returns is ours alone.
-    """
-    meta = Conversation._meta
-    quote = connection.ops.quote_name
-    table = quote(meta.db_table)
-    counter, stamp = quote(meta.get_field("next_position").column), quote(meta.get_field("updated_at").column)
-    sql = (
-        f"UPDATE {table} SET {counter} = {counter} + %s, {stamp} = %s "
-        f"WHERE {quote(meta.pk.column)} = %s AND {quote(meta.get_field('tenant').column)} = %s "
-        f"AND {quote(meta.get_field('owner').column)} = %s RETURNING {counter}"
-    )
-    params = [
-        count,
-        meta.get_field("updated_at").get_db_prep_value(now, connection),
-        meta.pk.get_db_prep_value(pk, connection),
-        scope.tenant,
-        scope.user,
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else row[0] - count
+    """Reserve ``count`` positions in the scope's own conversation (stamping ``updated_at``); the first one, or None."""
+    next_position = bump_counter(scope, pk, "next_position", count, updated_at=now)
+    return None if next_position is None else next_position - count
 
 
 def create_if_absent(scope: Scope, pk: uuid.UUID, *, agent: str, title: str | None, now: datetime) -> None:

@@ -19,17 +19,19 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from ..conf import app_settings
-from ..exceptions import Conflict, Validation
+from ..exceptions import Conflict, NotFound, Validation
 from ..models import Conversation, Event
 from ..scope import Scope
 from .base import (
     async_twin,
+    bump_counter,
     check_scope,
     clean_datetime,
     clean_object,
     clean_order,
     clean_paging,
     clean_text,
+    lookup_id,
     parse_id,
     readable,
     readable_conversation,
@@ -71,8 +73,8 @@ class _CleanEvent:
     data: dict[str, Any]
     run_id: uuid.UUID | None
 
-    def row(self, conversation: Conversation, seq: int) -> Event:
-        return Event(conversation=conversation, seq=seq, type=self.type, data=self.data, run_id=self.run_id)
+    def row(self, conversation_pk: uuid.UUID, seq: int) -> Event:
+        return Event(conversation_id=conversation_pk, seq=seq, type=self.type, data=self.data, run_id=self.run_id)
 
 
 class EventStore:
@@ -95,10 +97,15 @@ class EventStore:
         try:
             # One transaction, no inner savepoint: a refused insert rolls the counter back with it.
             with transaction.atomic():
-                conversation = writable_conversation(scope, conversation_id, for_update=True)
-                first_seq = conversation.last_event_seq + 1
-                _advance_counter(conversation, len(batch), _stop_reason_after(conversation.event_stop_reason, batch))
-                rows = [event.row(conversation, first_seq + offset) for offset, event in enumerate(batch)]
+                pk = lookup_id(conversation_id)
+                # A batch with a status event decides the stop reason; one without leaves it as it is.
+                also = {"event_stop_reason": _stop_reason_after(None, batch)} if _has_status_event(batch) else {}
+                last_seq = bump_counter(scope, pk, "last_event_seq", len(batch), **also)
+                if last_seq is None:
+                    writable_conversation(scope, conversation_id)  # raises NotFound or ConversationNotOwned
+                    raise NotFound("No such conversation.")
+                first_seq = last_seq - len(batch) + 1
+                rows = [event.row(pk, first_seq + offset) for offset, event in enumerate(batch)]
                 return Event.objects.bulk_create(rows)
         except IntegrityError:
             # Only a writer that bypasses the counter can collide with numbers handed out under its lock.
@@ -216,13 +223,8 @@ def _stop_reason_after(current: str | None, batch: list[_CleanEvent]) -> str | N
     return stop_reason
 
 
-def _advance_counter(conversation: Conversation, count: int, stop_reason: str | None) -> None:
-    """Move the counter on from the value read under the lock; anything else moved it is a conflict."""
-    updated = Conversation.objects.filter(pk=conversation.pk, last_event_seq=conversation.last_event_seq).update(
-        last_event_seq=conversation.last_event_seq + count, event_stop_reason=stop_reason
-    )
-    if updated != 1:
-        raise Conflict("The conversation's event counter moved; retry.", code="event_seq_taken")
+def _has_status_event(batch: list[_CleanEvent]) -> bool:
+    return any(event.type in (IDLE_EVENT, RUNNING_EVENT) for event in batch)
 
 
 def _clean_seq(value: Any, field_name: str) -> int:
