@@ -22,7 +22,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Busy, Conflict, ConversationNotOwned, Fenced, Gone, NotFound, Validation
+from ..exceptions import Busy, ConversationNotOwned, Fenced, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
 from ..stores.supervision import Claim, PreviousTurn, SupervisionStore, fence, lock_supervision

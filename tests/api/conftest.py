@@ -9,12 +9,18 @@ in tenant "other", so only the tenant keeps them apart.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import asyncio
+import time
+from typing import Any, Callable, Iterator
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
+from django.db import connections
 from rest_framework.test import APIClient
 
+from agent_persistence.runtime import loop
+from agent_persistence.runtime.producer import Supervisor
 from agent_persistence.scope import Scope
 
 
@@ -96,3 +102,22 @@ def bob_client(bob_user: Any, client_for: Callable[[Any], APIClient]) -> APIClie
 @pytest.fixture
 def mallory_client(mallory_user: Any, client_for: Callable[[Any], APIClient]) -> APIClient:
     return client_for(mallory_user)
+
+
+@pytest.fixture
+def drained_producer_loop(transactional_db: Any) -> Iterator[None]:
+    """After the test: wait for this process's producers, then close the producer loop thread's connection."""
+    yield
+
+    async def drain() -> None:
+        supervisor = Supervisor.current()
+        deadline = time.monotonic() + 20
+        while supervisor.producers and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for producer in list(supervisor.producers.values()):
+            if producer.task is not None:
+                producer.task.cancel()
+        await asyncio.sleep(0.05)
+        await sync_to_async(connections.close_all)()
+
+    loop.run(drain(), timeout=30)

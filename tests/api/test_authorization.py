@@ -25,24 +25,18 @@ interrupt) so that a write of one cell never changes another.
 
 from __future__ import annotations
 
-import asyncio
 import io
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agent_persistence.models import TurnSupervision
-from agent_persistence.runtime import loop
-from agent_persistence.runtime.producer import Supervisor
 from agent_persistence.runtime.turns import begin_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import (
@@ -283,22 +277,8 @@ def matrix_settings(settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: An
 
 
 @pytest.fixture(autouse=True)
-def drained_producer_loop(transactional_db: Any) -> Iterator[None]:
-    """After the test: wait for this process's producers, then close the producer loop's connection."""
-    yield
-
-    async def drain() -> None:
-        supervisor = Supervisor.current()
-        deadline = time.monotonic() + 20
-        while supervisor.producers and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        for producer in list(supervisor.producers.values()):
-            if producer.task is not None:
-                producer.task.cancel()
-        await asyncio.sleep(0.05)
-        await sync_to_async(connections.close_all)()
-
-    loop.run(drain(), timeout=30)
+def drained(drained_producer_loop: None) -> None:
+    """Every test here waits for its producers (conftest's drained_producer_loop)."""
 
 
 @pytest.fixture

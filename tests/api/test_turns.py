@@ -10,21 +10,16 @@ and a heartbeat aged past ``DEAD_AFTER``.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agent_persistence.models import Conversation, Interrupt, Message, Run, TurnSupervision
-from agent_persistence.runtime import loop
-from agent_persistence.runtime.producer import Supervisor
 from agent_persistence.runtime.turns import begin_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store, interrupt_store, run_store, supervision_store
@@ -43,22 +38,8 @@ def fast_turns(settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) ->
 
 
 @pytest.fixture(autouse=True)
-def drained_producer_loop(transactional_db: Any) -> Iterator[None]:
-    """After the test: wait for this process's producers, then close the producer loop thread's connection."""
-    yield
-
-    async def drain() -> None:
-        supervisor = Supervisor.current()
-        deadline = time.monotonic() + 20
-        while supervisor.producers and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        for producer in list(supervisor.producers.values()):
-            if producer.task is not None:
-                producer.task.cancel()
-        await asyncio.sleep(0.05)
-        await sync_to_async(connections.close_all)()
-
-    loop.run(drain(), timeout=30)
+def drained(drained_producer_loop: None) -> None:
+    """Every test here waits for its producers (conftest's drained_producer_loop)."""
 
 
 def url(*parts: Any) -> str:

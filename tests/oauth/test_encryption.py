@@ -22,7 +22,6 @@ from django.utils import timezone
 from agent_persistence.models import McpClientInfo, McpIntegration
 from agent_persistence.oauth.exceptions import SecretUnreadable
 from agent_persistence.oauth.repository import ClientInfo, OAuthRepository, Tokens, UserIntegration
-from agent_persistence.oauth.store import integration_store
 from agent_persistence.oauth.tokens import get_access_token
 from agent_persistence.scope import Scope
 
