@@ -83,7 +83,13 @@ def database_from_environment(default_sqlite_path: Path) -> dict:
     }
 
 
+# On PostgreSQL, Django's psycopg connection pool: websocket followers read from worker threads,
+# and without a pool every read would open (and fork) a new server connection.
+POSTGRES_POOL = {"min_size": 2, "max_size": 16}
+
 DATABASES = {"default": database_from_environment(VAR_DIR / "db.sqlite3")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = POSTGRES_POOL
 
 if os.environ.get("REDIS_URL"):
     CHANNEL_LAYERS = {
