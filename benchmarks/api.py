@@ -24,7 +24,6 @@ import asyncio
 import os
 import random
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,8 @@ from typing import Any, Callable
 import httpx
 import psycopg
 from psycopg import sql
+
+from agent_persistence.testing.network import free_port
 
 from .database import BENCH_DATABASE_ENV, conninfo_for, server_url
 from .measure import percentile
@@ -131,11 +132,6 @@ def seed(clients: int) -> Seeded:
 
 # -- the server --------------------------------------------------------------------------------
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_server(workers: int) -> tuple[subprocess.Popen[bytes], str]:

@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 
 from agent_persistence.scope import Scope
+from agent_persistence.testing.actors import ALICE, BOB, MALLORY
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -16,19 +17,19 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture
 def alice() -> Scope:
-    return Scope(tenant="acme", user="alice")
+    return ALICE
 
 
 @pytest.fixture
 def bob() -> Scope:
     """Another user of alice's tenant."""
-    return Scope(tenant="acme", user="bob")
+    return BOB
 
 
 @pytest.fixture
 def mallory() -> Scope:
     """A user of another tenant, with alice's user id."""
-    return Scope(tenant="other", user="alice")
+    return MALLORY
 
 
 @pytest.fixture

@@ -33,7 +33,6 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..exceptions import Fenced, NotFound
-from ..ids import uuid7
 from ..models import Conversation, Interrupt, Run
 from ..scope import Scope
 from ..stores import checkpoint_store, interrupt_store, recording_store, run_store, supervision_store
@@ -458,7 +457,3 @@ class Supervisor:
         for producer in list(self.producers.values()):
             if now - producer.started > app_settings.MAX_RUN_TIME:
                 producer.stop(Outcome.ERRORED)
-
-
-def new_run_id() -> uuid.UUID:
-    return uuid7()

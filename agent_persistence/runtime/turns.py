@@ -19,6 +19,7 @@ from django.db import transaction
 
 from ..conf import app_settings
 from ..exceptions import Conflict, PendingInterrupts
+from ..ids import uuid7
 from ..models import Conversation, Interrupt, Run
 from ..scope import Scope
 from ..stores import (
@@ -33,7 +34,7 @@ from ..stores import (
 from ..stores.base import lookup_id, parse_id, readable_conversation, writable_conversation
 from ..stores.supervision import lock_supervision
 from .agents import get_agent
-from .producer import Outcome, Producer, Supervisor, TurnPlan, answers_for_turn, new_run_id, replica_id, seal_turn
+from .producer import Outcome, Producer, Supervisor, TurnPlan, answers_for_turn, replica_id, seal_turn
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def begin_turn(scope: Scope, conversation_id: Any, *, content: Any, agent: str |
     """
     conversation_id = parse_id(conversation_id, "conversation")
     message_id = parse_id(message_id, "message_id") if message_id is not None else uuid.uuid4()
-    run_id = new_run_id()
+    run_id = uuid7()
     existing = Conversation.objects.filter(pk=conversation_id).only("agent").first()
     agent_name = agent or (existing.agent if existing else "")
     get_agent(agent_name)  # an unknown agent is refused before anything is written
@@ -182,7 +183,7 @@ def begin_continuation(scope: Scope, conversation_id: Any, answers: list[dict[st
             dead = row is not None and supervision_store().status(scope, pk).state == "dead"
             message_id = row.message_id if row is not None else None
         else:
-            run_id = new_run_id()
+            run_id = uuid7()
             claim = supervision_store().claim(scope, pk, message_id=interrupted.message_id, run_id=run_id, replica=replica_id())
             run_store().finish(scope, interrupted.pk, "completed")
             run_store().create_or_resume(
@@ -217,7 +218,7 @@ def begin_resume(scope: Scope, conversation_id: Any, *, message_id: Any = None) 
         row = supervision_store().read(conversation.pk)
         message_id = row.message_id if row is not None else uuid.uuid4()
     message_id = lookup_id(message_id, "message")
-    run_id = new_run_id()
+    run_id = uuid7()
     with transaction.atomic():
         claim = supervision_store().claim_for_resume(scope, conversation.pk, message_id=message_id, replica=replica_id())
         _abort_lost_runs(scope, conversation.pk, message_id)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any, Callable
 
 import pytest
@@ -37,11 +38,8 @@ from ..models import (
 )
 from ..scope import Scope
 from ..stores.conversations import ConversationStore
+from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_threads
-
-ALICE = Scope(tenant="acme", user="alice")
-BOB = Scope(tenant="acme", user="bob")  # alice's tenant, another user
-MALLORY = Scope(tenant="other", user="alice")  # another tenant, alice's user id
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=dt_timezone.utc)
 NOON = datetime(2024, 1, 2, 12, 0, tzinfo=dt_timezone.utc)

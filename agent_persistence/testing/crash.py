@@ -31,6 +31,7 @@ from ..conf import app_settings
 from ..models import Run
 from ..scope import Scope
 from ..stores import conversation_store
+from .network import free_port
 
 
 @dataclass
@@ -66,11 +67,6 @@ class CrashReport:
             "PASSED" if self.passed else "FAILED",
         ]
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class ServerProcess:

@@ -40,6 +40,7 @@ from ..exceptions import ConversationNotOwned, NotFound, StorageLimit, Validatio
 from ..ids import uuid7
 from ..models import Conversation, Message, StoredFile
 from ..scope import Scope
+from .actors import Actors
 from .concurrency import run_in_threads
 
 SAVE_RACE_ROUNDS = 4
@@ -89,7 +90,7 @@ class _StreamWithHook:
         return chunk
 
 
-class FileStoreContract:
+class FileStoreContract(Actors):
     """Every rule of a file store, checked on real transactions."""
 
     def make_store(self) -> Any:
@@ -100,20 +101,6 @@ class FileStoreContract:
     @pytest.fixture
     def store(self) -> Any:
         return self.make_store()
-
-    @pytest.fixture
-    def alice(self) -> Scope:
-        return Scope(tenant="acme", user="alice")
-
-    @pytest.fixture
-    def bob(self) -> Scope:
-        """Another user of alice's tenant."""
-        return Scope(tenant="acme", user="bob")
-
-    @pytest.fixture
-    def mallory(self) -> Scope:
-        """A user of another tenant, with alice's user id."""
-        return Scope(tenant="other", user="alice")
 
     # -- helpers ------------------------------------------------------------------------------
 

@@ -21,11 +21,10 @@ from ..exceptions import Conflict, ConversationNotOwned, Fenced, NotFound, Stora
 from ..ids import uuid7
 from ..models import Conversation, Run, SupervisionStatus, TurnSupervision
 from ..scope import Scope
+from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_processes, run_in_threads
 
-OWNER = Scope(tenant="acme", user="alice")
-READER = Scope(tenant="acme", user="bob")  # another user of the owner's tenant
-STRANGER = Scope(tenant="other", user="alice")  # another tenant, the owner's user id
+OWNER, READER, STRANGER = ALICE, BOB, MALLORY  # the owner, another user of her tenant, another tenant
 
 
 def make_conversation(scope: Scope = OWNER, *, shared: bool = False) -> Conversation:

@@ -26,13 +26,8 @@ from ..exceptions import Busy, ConversationNotOwned, Fenced, Gone, NotFound, Val
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
 from ..stores.supervision import Claim, PreviousTurn, SupervisionStore, fence, lock_supervision
+from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_processes, run_in_threads
-
-ALICE = Scope(tenant="acme", user="alice")
-#: Another user of alice's tenant.
-BOB = Scope(tenant="acme", user="bob")
-#: A user of another tenant, with alice's user id.
-MALLORY = Scope(tenant="other", user="alice")
 
 
 def new_conversation(owner: Scope = ALICE, *, shared: bool = False) -> Conversation:

@@ -31,13 +31,14 @@ from ..exceptions import ConversationNotOwned, NotFound, StorageLimit, Validatio
 from ..ids import uuid7
 from ..models import Conversation, Task
 from ..scope import Scope
+from .actors import Actors
 from .concurrency import run_in_threads
 
 COMMENT_RACE_ROUNDS = 3
 COMMENT_RACE_WRITERS = 8
 
 
-class TaskStoreContract:
+class TaskStoreContract(Actors):
     """Every rule of a task store, checked on real transactions."""
 
     def make_store(self) -> Any:
@@ -48,20 +49,6 @@ class TaskStoreContract:
     @pytest.fixture
     def store(self) -> Any:
         return self.make_store()
-
-    @pytest.fixture
-    def alice(self) -> Scope:
-        return Scope(tenant="acme", user="alice")
-
-    @pytest.fixture
-    def bob(self) -> Scope:
-        """Another user of alice's tenant."""
-        return Scope(tenant="acme", user="bob")
-
-    @pytest.fixture
-    def mallory(self) -> Scope:
-        """A user of another tenant, with alice's user id."""
-        return Scope(tenant="other", user="alice")
 
     # -- helpers ------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,13 +23,10 @@ from typing import Iterator
 import httpx
 from django.db import connection
 
+from agent_persistence.testing.network import free_port
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def server_environment(extra: dict[str, str] | None = None) -> dict[str, str]:

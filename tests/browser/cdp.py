@@ -12,7 +12,6 @@ import base64
 import itertools
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,8 @@ from typing import Any
 
 import httpx
 import websockets
+
+from agent_persistence.testing.network import free_port
 
 CHROMIUM_FLAGS = [
     "--headless=new",
@@ -38,11 +39,6 @@ CHROMIUM_FLAGS = [
 def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Chromium:

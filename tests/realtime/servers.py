@@ -16,15 +16,11 @@ from typing import Any, AsyncIterator
 
 import websockets
 
+from agent_persistence.testing.network import free_port
 from tests.realtime.client import StreamClient
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Server:
