@@ -57,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_EVENT_BYTES": 64 * 1024,
     "DEFAULT_PAGE_SIZE": 100,
     "MAX_PAGE_SIZE": 1000,
+    # Deepest nesting of arrays and objects accepted in JSON (bodies, frames, stored values).
+    "JSON_MAX_DEPTH": 64,
     # Files: the storage alias (settings.STORAGES) and the folder inside it.
     "FILE_STORAGE": "default",
     "FILE_UPLOAD_TO": "agent_persistence/files/%Y/%m/%d/",

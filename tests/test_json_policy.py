@@ -1,0 +1,140 @@
+"""The JSON policy (``agent_persistence.json_policy``): what parse and check accept and refuse."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from agent_persistence import json_policy
+from agent_persistence.exceptions import Validation
+
+
+def refused(raw: bytes | str) -> Validation:
+    with pytest.raises(Validation) as caught:
+        json_policy.parse(raw)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ('{"a": [1, 2.5, "x", true, null]}', {"a": [1, 2.5, "x", True, None]}),
+        (b'"caf\xc3\xa9 \\ud83d\\ude00"', "café 😀"),  # an escaped surrogate pair is one character
+        ('"[[[[ not brackets {{{{"', "[[[[ not brackets {{{{"),
+        ('"a \\" quote ]]]]"', 'a " quote ]]]]'),
+        (str(2**63 - 1), 2**63 - 1),
+        (str(-(2**63)), -(2**63)),
+        ("1e308", 1e308),
+    ],
+)
+def test_parse_accepts_json_within_the_policy(raw: bytes | str, expected: Any) -> None:
+    assert json_policy.parse(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["", "{", "[1,]", "{'a': 1}", b"\xff\xfe", "\ufeff{}", '"unterminated', '"ends in a backslash\\'],
+)
+def test_text_that_is_not_json_is_malformed_request(raw: bytes | str) -> None:
+    assert refused(raw).code == "malformed_request"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '"\\ud800"',
+        '{"\\udfff": 1}',
+        '["ok", "\\ud83d"]',
+        '"\ud800"',  # a raw lone surrogate in str input
+        '"\\u0000"',
+        '{"key\\u0000": "v"}',
+        '{"k": ["deep", {"x": "a\\u0000b"}]}',
+        str(2**63),
+        str(-(2**63) - 1),
+        "1" * 5000,  # past Python's int digit limit: still invalid, not a ValueError
+        "1e999",
+        "-1e999",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        '{"n": [NaN]}',
+    ],
+)
+def test_values_the_policy_refuses_are_invalid(raw: str) -> None:
+    error = refused(raw)
+    assert error.code == "invalid", error.message
+    assert error.details["field"] == "body"
+
+
+def test_depth_at_the_limit_parses_and_one_more_level_is_malformed(settings: Any) -> None:
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "JSON_MAX_DEPTH": 10}
+    assert json_policy.parse("[" * 10 + "]" * 10) is not None
+    error = refused("[" * 11 + "]" * 11)
+    assert error.code == "malformed_request"
+    assert error.details["limit"] == 10
+    assert json_policy.parse('{"a":' * 10 + "1" + "}" * 10) is not None
+    assert refused('{"a":' * 11 + "1" + "}" * 11).code == "malformed_request"
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000, 1_000_000])
+def test_deep_nesting_is_refused_quickly_without_recursing(depth: int) -> None:
+    """Deep nesting is refused by a linear scan, closed or not, arrays or objects, in well under a second."""
+    for raw in ("[" * depth + "]" * depth, "[" * depth, '{"a":' * depth, "[" * depth + '"' + "]" * depth):
+        started = time.perf_counter()
+        error = refused(raw)
+        assert error.code == "malformed_request"
+        assert time.perf_counter() - started < 5
+
+
+def test_text_depth_ignores_brackets_in_strings_and_escaped_quotes() -> None:
+    assert json_policy.text_depth('["[[[", {"k": "\\"]]]{{{"}]') == 2
+    assert json_policy.text_depth("") == 0
+    assert json_policy.text_depth('"' + "\\" * 3 + '"[[') == 0  # one escaped quote: the string never ends
+
+
+def test_the_default_depth_limit_is_64() -> None:
+    assert json_policy.max_depth() == 64
+    json_policy.parse("[" * 64 + "]" * 64)
+    assert refused("[" * 65 + "]" * 65).code == "malformed_request"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\ud800",
+        {"\udfff": 1},
+        ["a", {"b": "\x00"}],
+        {"key\x00": None},
+        2**63,
+        -(2**63) - 1,
+        float("nan"),
+        float("inf"),
+        ("tuple", "\ud800"),
+    ],
+)
+def test_check_refuses_the_same_python_values(value: Any) -> None:
+    with pytest.raises(Validation) as caught:
+        json_policy.check(value, "metadata")
+    assert caught.value.code == "invalid"
+    assert caught.value.details["field"] == "metadata"
+
+
+def test_check_refuses_deep_python_values_without_recursing() -> None:
+    value: Any = "leaf"
+    for _ in range(200_000):
+        value = [value]
+    with pytest.raises(Validation) as caught:
+        json_policy.check(value, "state")
+    assert caught.value.code == "invalid"
+    assert caught.value.details["limit"] == 64
+
+
+def test_check_accepts_ordinary_values_and_leaves_other_types_to_the_encoder() -> None:
+    import datetime
+    import uuid
+
+    json_policy.check({"a": [1, 2.5, True, None, "é😀"], 3: "int keys are the encoder's"}, "metadata")
+    json_policy.check({"when": datetime.datetime(2026, 1, 1), "id": uuid.uuid4()}, "metadata")
+    json_policy.check([[[]]] * 3, "content")
