@@ -5,16 +5,9 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.translation import gettext_lazy as _
 
 from ..ids import uuid7
-
-
-class LastTurnStatus(models.TextChoices):
-    RUNNING = "running", _("running")
-    COMPLETE = "complete", _("complete")
-    ERRORED = "errored", _("errored")
-    CANCELLED = "cancelled", _("cancelled")
+from ..statuses import LastTurnStatus, Role
 
 
 class Conversation(models.Model):
@@ -67,13 +60,6 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or str(self.id)
-
-
-class Role(models.TextChoices):
-    SYSTEM = "system", _("system")
-    USER = "user", _("user")
-    ASSISTANT = "assistant", _("assistant")
-    TOOL = "tool", _("tool")
 
 
 class Message(models.Model):

@@ -8,18 +8,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..ids import uuid7
+from ..statuses import FINISHED_RUN_STATUSES, InterruptKind, InterruptStatus, RunStatus
 from .conversations import Conversation
-
-
-class RunStatus(models.TextChoices):
-    RUNNING = "running", _("running")
-    INTERRUPTED = "interrupted", _("interrupted")
-    COMPLETED = "completed", _("completed")
-    FAILED = "failed", _("failed")
-    ABORTED = "aborted", _("aborted")
-
-
-FINISHED_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED)
 
 
 class Run(models.Model):
@@ -56,18 +46,6 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name or 'run'} {self.id} ({self.status})"
-
-
-class InterruptKind(models.TextChoices):
-    TOOL_APPROVAL = "tool_approval", _("tool approval")
-    CLIENT_TOOL = "client_tool", _("client tool")
-    GENERIC = "generic", _("generic")
-
-
-class InterruptStatus(models.TextChoices):
-    PENDING = "pending", _("pending")
-    RESOLVED = "resolved", _("resolved")
-    CANCELLED = "cancelled", _("cancelled")
 
 
 class Interrupt(models.Model):

@@ -5,17 +5,9 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.translation import gettext_lazy as _
 
 from ..ids import uuid7
-
-
-class TaskStatus(models.TextChoices):
-    PENDING = "pending", _("pending")
-    RUNNING = "running", _("running")
-    COMPLETED = "completed", _("completed")
-    FAILED = "failed", _("failed")
-    CANCELLED = "cancelled", _("cancelled")
+from ..statuses import TaskStatus
 
 
 class Task(models.Model):

@@ -12,13 +12,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from ..statuses import SupervisionStatus
 from .conversations import Conversation
-
-
-class SupervisionStatus(models.TextChoices):
-    RUNNING = "running", _("running")
-    DONE = "done", _("done")
-    ERRORED = "errored", _("errored")
 
 
 class TurnSupervision(models.Model):

@@ -1,0 +1,68 @@
+"""The status vocabularies, one enum each, shared by models, stores and the runtime.
+
+They live apart from the models so code that must not touch the ORM (the
+runtime, non-ORM store backends) can name a status without importing a model.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class LastTurnStatus(models.TextChoices):
+    """How the conversation's latest turn ended (or that it runs)."""
+
+    RUNNING = "running", _("running")
+    COMPLETE = "complete", _("complete")
+    ERRORED = "errored", _("errored")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+class Role(models.TextChoices):
+    SYSTEM = "system", _("system")
+    USER = "user", _("user")
+    ASSISTANT = "assistant", _("assistant")
+    TOOL = "tool", _("tool")
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", _("running")
+    INTERRUPTED = "interrupted", _("interrupted")
+    COMPLETED = "completed", _("completed")
+    FAILED = "failed", _("failed")
+    ABORTED = "aborted", _("aborted")
+
+
+#: A run in one of these never moves again.
+FINISHED_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED)
+#: A run in one of these belongs to a turn that has not ended.
+OPEN_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.INTERRUPTED)
+
+
+class InterruptKind(models.TextChoices):
+    TOOL_APPROVAL = "tool_approval", _("tool approval")
+    CLIENT_TOOL = "client_tool", _("client tool")
+    GENERIC = "generic", _("generic")
+
+
+class InterruptStatus(models.TextChoices):
+    PENDING = "pending", _("pending")
+    RESOLVED = "resolved", _("resolved")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+class TaskStatus(models.TextChoices):
+    PENDING = "pending", _("pending")
+    RUNNING = "running", _("running")
+    COMPLETED = "completed", _("completed")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+class SupervisionStatus(models.TextChoices):
+    """What a supervision row stores; "dead" is judged at read time, never stored."""
+
+    RUNNING = "running", _("running")
+    DONE = "done", _("done")
+    ERRORED = "errored", _("errored")
