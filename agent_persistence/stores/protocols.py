@@ -15,10 +15,29 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Collection, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Collection, Protocol, runtime_checkable
 
 from ..scope import Scope
 from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
+
+if TYPE_CHECKING:
+    from ..models import (
+        Conversation,
+        Event,
+        Interrupt,
+        Lease,
+        Message,
+        Run,
+        StoredFile,
+        StreamRecording,
+        Task,
+        TurnSupervision,
+    )
+    from .base import Page
+    from .events import EventPage, EventSummary
+    from .files import Content
+    from .leases import LeaseResult
+    from .supervision import Claim, TurnStatus
 
 # -- the turn aggregate -------------------------------------------------------------------------
 
@@ -206,4 +225,1131 @@ class TurnStoreProtocol(Protocol):
         ...
 
 
-__all__ = ["Continuation", "Seal", "TurnPlan", "TurnStoreProtocol", "TurnView"]
+# -- one protocol per store -------------------------------------------------------------------
+#
+# The values these methods return are the models' instances (``Conversation``,
+# ``Message``, ``Run``...) used as records: a backend that keeps no tables
+# returns unsaved instances, so the models are imported for typing only.
+@runtime_checkable
+class ConversationStoreProtocol(Protocol):
+    """Conversations and messages, scoped by tenant and owner; see ``docs/reference/stores/conversations.md``."""
+
+    def create(
+        self,
+        scope: Scope,
+        *,
+        id: Any = None,
+        agent: Any = "",
+        title: Any = None,
+        metadata: Any = None,
+        state: Any = None,
+        shared: Any = False,
+        action_due_at: Any = None,
+    ) -> Conversation:
+        """A new conversation owned by ``scope``, at version 0."""
+        ...
+
+    def get(self, scope: Scope, conversation_id: Any) -> Conversation:
+        """The conversation if ``scope`` may read it, else NotFound."""
+        ...
+
+    def list(
+        self,
+        scope: Scope,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "desc",
+        agent: Any = None,
+        pinned_first: Any = False,
+        action_due_before: Any = None,
+    ) -> Page[Conversation]:
+        """The scope's own conversations, newest first (``order="asc"``: oldest first)."""
+        ...
+
+    def update(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        title: Any = ...,
+        metadata: Any = ...,
+        state: Any = ...,
+        agent: Any = ...,
+        shared: Any = ...,
+        action_due_at: Any = ...,
+        last_turn_status: Any = ...,
+    ) -> Conversation:
+        """Replace the given fields; version + 1. Owner only."""
+        ...
+
+    def update_if(self, scope: Scope, conversation_id: Any, version: Any, **changes: Any) -> Conversation | None:
+        """Like :meth:`update`, only if the stored version is ``version``; None when it is not."""
+        ...
+
+    def delete(self, scope: Scope, conversation_id: Any) -> None:
+        """Delete the conversation and all it holds (messages, runs, events, files, tasks). Owner only."""
+        ...
+
+    def share(self, scope: Scope, conversation_id: Any, shared: Any = True) -> Conversation:
+        """Make the conversation readable (or not) by everyone of its tenant; an update."""
+        ...
+
+    def append_message(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        role: Any,
+        content: Any,
+        id: Any = None,
+        name: Any = None,
+        tool_call_id: Any = None,
+        tool_calls: Any = None,
+        files: Any = None,
+        metadata: Any = None,
+        usage: Any = None,
+        run_id: Any = None,
+        create: Any = False,
+        agent: Any = "",
+        title: Any = None,
+    ) -> Message:
+        """Append a message at the next position; with ``create`` the conversation is made if absent."""
+        ...
+
+    def get_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> Message: ...
+
+    def list_messages(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "asc",
+        before: Any = None,
+        after: Any = None,
+    ) -> Page[Message]:
+        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors."""
+        ...
+
+    def update_message(
+        self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = ..., metadata: Any = ...
+    ) -> Message:
+        """Replace the message's content and/or metadata; moves only its ``updated_at``. Owner only."""
+        ...
+
+    def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
+        """Delete one message; its files stay, detached from it. Owner only."""
+        ...
+
+    def merge_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        """Merge a posted transcript by id (cutoff, replace, append); the resulting transcript."""
+        ...
+
+    async def acreate(
+        self,
+        scope: Scope,
+        *,
+        id: Any = None,
+        agent: Any = "",
+        title: Any = None,
+        metadata: Any = None,
+        state: Any = None,
+        shared: Any = False,
+        action_due_at: Any = None,
+    ) -> Conversation:
+        """Async twin of :meth:`create`."""
+        ...
+
+    async def aget(self, scope: Scope, conversation_id: Any) -> Conversation:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def alist(
+        self,
+        scope: Scope,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "desc",
+        agent: Any = None,
+        pinned_first: Any = False,
+        action_due_before: Any = None,
+    ) -> Page[Conversation]:
+        """Async twin of :meth:`list`."""
+        ...
+
+    async def aupdate(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        title: Any = ...,
+        metadata: Any = ...,
+        state: Any = ...,
+        agent: Any = ...,
+        shared: Any = ...,
+        action_due_at: Any = ...,
+        last_turn_status: Any = ...,
+    ) -> Conversation:
+        """Async twin of :meth:`update`."""
+        ...
+
+    async def aupdate_if(self, scope: Scope, conversation_id: Any, version: Any, **changes: Any) -> Conversation | None:
+        """Async twin of :meth:`update_if`."""
+        ...
+
+    async def adelete(self, scope: Scope, conversation_id: Any) -> None:
+        """Async twin of :meth:`delete`."""
+        ...
+
+    async def ashare(self, scope: Scope, conversation_id: Any, shared: Any = True) -> Conversation:
+        """Async twin of :meth:`share`."""
+        ...
+
+    async def aappend_message(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        role: Any,
+        content: Any,
+        id: Any = None,
+        name: Any = None,
+        tool_call_id: Any = None,
+        tool_calls: Any = None,
+        files: Any = None,
+        metadata: Any = None,
+        usage: Any = None,
+        run_id: Any = None,
+        create: Any = False,
+        agent: Any = "",
+        title: Any = None,
+    ) -> Message:
+        """Async twin of :meth:`append_message`."""
+        ...
+
+    async def aget_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> Message:
+        """Async twin of :meth:`get_message`."""
+        ...
+
+    async def alist_messages(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "asc",
+        before: Any = None,
+        after: Any = None,
+    ) -> Page[Message]:
+        """Async twin of :meth:`list_messages`."""
+        ...
+
+    async def aupdate_message(
+        self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = ..., metadata: Any = ...
+    ) -> Message:
+        """Async twin of :meth:`update_message`."""
+        ...
+
+    async def adelete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
+        """Async twin of :meth:`delete_message`."""
+        ...
+
+    async def amerge_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        """Async twin of :meth:`merge_messages`."""
+        ...
+
+
+@runtime_checkable
+class EventStoreProtocol(Protocol):
+    """Append, read, summarise and prune the per-conversation event log."""
+
+    def append(self, scope: Scope, conversation_id: Any, events: list[dict[str, Any]], *, run_id: Any = None) -> list[Event]:
+        """Append ``events`` in order, numbered after the conversation's last seq."""
+        ...
+
+    def list(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        after: int = 0,
+        before: int | None = None,
+        types: list[str] | None = None,
+        limit: int | None = None,
+        order: str = "asc",
+    ) -> EventPage:
+        """Events with ``after < seq < before``, optionally of the given ``types``."""
+        ...
+
+    def summary(self, scope: Scope, conversation_ids: list[Any]) -> dict[uuid.UUID, EventSummary]:
+        """Last seq and stop reason of each readable conversation; others are left out."""
+        ...
+
+    def prune(self, *, before: datetime, limit: int | None = None) -> int:
+        """Delete up to ``limit`` events created before ``before``, oldest first; returns how many."""
+        ...
+
+    async def aappend(
+        self, scope: Scope, conversation_id: Any, events: list[dict[str, Any]], *, run_id: Any = None
+    ) -> list[Event]:
+        """Async twin of :meth:`append`."""
+        ...
+
+    async def alist(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        after: int = 0,
+        before: int | None = None,
+        types: list[str] | None = None,
+        limit: int | None = None,
+        order: str = "asc",
+    ) -> EventPage:
+        """Async twin of :meth:`list`."""
+        ...
+
+    async def asummary(self, scope: Scope, conversation_ids: list[Any]) -> dict[uuid.UUID, EventSummary]:
+        """Async twin of :meth:`summary`."""
+        ...
+
+    async def aprune(self, *, before: datetime, limit: int | None = None) -> int:
+        """Async twin of :meth:`prune`."""
+        ...
+
+
+@runtime_checkable
+class LeaseStoreProtocol(Protocol):
+    """Acquire, renew, release, flag and list keyed leases within a tenant."""
+
+    def acquire(
+        self,
+        tenant: str,
+        key: str,
+        holder: str,
+        *,
+        ttl: float,
+        metadata: dict[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> LeaseResult:
+        """Take the lease for ``ttl`` seconds if it is free, expired or already ``holder``'s."""
+        ...
+
+    def renew(self, tenant: str, key: str, holder: str, *, ttl: float, now: datetime | None = None) -> Lease | None:
+        """Move a live lease's expiry to ``now + ttl``; only its holder, only before it expires."""
+        ...
+
+    def release(self, tenant: str, key: str, holder: str) -> bool:
+        """Delete the lease if ``holder`` holds it (live or expired but not yet taken over)."""
+        ...
+
+    def mark_cancel(self, tenant: str, key: str, *, now: datetime | None = None) -> bool:
+        """Ask the holder of a live lease to stop; it sees the flag on its next renew."""
+        ...
+
+    def get(self, tenant: str, keys: list[str], *, now: datetime | None = None) -> list[Lease]:
+        """The live leases among ``keys``, ordered by key; expired and absent keys are left out."""
+        ...
+
+    def list_live(
+        self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
+    ) -> Page[Lease]:
+        """Live leases whose key starts with ``prefix`` (case-sensitive), ordered by key."""
+        ...
+
+    def list_expired(
+        self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
+    ) -> Page[Lease]:
+        """Expired leases whose key starts with ``prefix``, the longest expired first."""
+        ...
+
+    async def aacquire(
+        self,
+        tenant: str,
+        key: str,
+        holder: str,
+        *,
+        ttl: float,
+        metadata: dict[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> LeaseResult:
+        """Async twin of :meth:`acquire`."""
+        ...
+
+    async def arenew(self, tenant: str, key: str, holder: str, *, ttl: float, now: datetime | None = None) -> Lease | None:
+        """Async twin of :meth:`renew`."""
+        ...
+
+    async def arelease(self, tenant: str, key: str, holder: str) -> bool:
+        """Async twin of :meth:`release`."""
+        ...
+
+    async def amark_cancel(self, tenant: str, key: str, *, now: datetime | None = None) -> bool:
+        """Async twin of :meth:`mark_cancel`."""
+        ...
+
+    async def aget(self, tenant: str, keys: list[str], *, now: datetime | None = None) -> list[Lease]:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def alist_live(
+        self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
+    ) -> Page[Lease]:
+        """Async twin of :meth:`list_live`."""
+        ...
+
+    async def alist_expired(
+        self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
+    ) -> Page[Lease]:
+        """Async twin of :meth:`list_expired`."""
+        ...
+
+
+@runtime_checkable
+class FileStoreProtocol(Protocol):
+    """Files of conversations: a record per file and its content; see ``docs/reference/stores/files.md``."""
+
+    def save(
+        self,
+        scope: Scope,
+        *,
+        conversation_id: Any = None,
+        message_id: Any = None,
+        content: Content,
+        name: str,
+        content_type: str = "application/octet-stream",
+        agent: str | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> StoredFile:
+        """Store ``content`` as a file of the conversation (and message); the new record."""
+        ...
+
+    def get(self, scope: Scope, file_id: Any) -> StoredFile:
+        """The file's record, if ``scope`` may read its conversation; otherwise NotFound."""
+        ...
+
+    def open(self, scope: Scope, file_id: Any) -> IO[bytes]:
+        """The file's content, opened for binary reading; the caller closes it."""
+        ...
+
+    def read(self, scope: Scope, file_id: Any) -> bytes:
+        """The file's whole content."""
+        ...
+
+    def list(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+        order: str = "asc",
+    ) -> Page[StoredFile]:
+        """The conversation's files, oldest first (``order="desc"``: newest first)."""
+        ...
+
+    def delete(self, scope: Scope, file_id: Any) -> None:
+        """Delete the file: its record now, its content once the deletion commits."""
+        ...
+
+    def purge_expired(self, *, before: datetime | str | None = None, limit: int | None = None) -> int:
+        """Delete up to ``limit`` files whose ``expires_at`` is at or before ``before``."""
+        ...
+
+    async def asave(
+        self,
+        scope: Scope,
+        *,
+        conversation_id: Any = None,
+        message_id: Any = None,
+        content: Content,
+        name: str,
+        content_type: str = "application/octet-stream",
+        agent: str | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> StoredFile:
+        """Async twin of :meth:`save`."""
+        ...
+
+    async def aget(self, scope: Scope, file_id: Any) -> StoredFile:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def aopen(self, scope: Scope, file_id: Any) -> IO[bytes]:
+        """Async twin of :meth:`open`."""
+        ...
+
+    async def aread(self, scope: Scope, file_id: Any) -> bytes:
+        """Async twin of :meth:`read`."""
+        ...
+
+    async def alist(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+        order: str = "asc",
+    ) -> Page[StoredFile]:
+        """Async twin of :meth:`list`."""
+        ...
+
+    async def adelete(self, scope: Scope, file_id: Any) -> None:
+        """Async twin of :meth:`delete`."""
+        ...
+
+    async def apurge_expired(self, *, before: datetime | str | None = None, limit: int | None = None) -> int:
+        """Async twin of :meth:`purge_expired`."""
+        ...
+
+
+@runtime_checkable
+class TaskStoreProtocol(Protocol):
+    """Background tasks, each visible to its owner only."""
+
+    def create(
+        self,
+        scope: Scope,
+        *,
+        title: str,
+        description: str | None = None,
+        conversation_id: Any = None,
+        agent: str | None = None,
+        status: str = "pending",
+        callback_url: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Task:
+        """A new task of ``scope``, in the conversation if one is given."""
+        ...
+
+    def get(self, scope: Scope, task_id: Any) -> Task:
+        """The task, if it is ``scope``'s; otherwise NotFound."""
+        ...
+
+    def list(
+        self,
+        scope: Scope,
+        *,
+        conversation_id: Any = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        order: str = "desc",
+    ) -> Page[Task]:
+        """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered."""
+        ...
+
+    def update(
+        self,
+        scope: Scope,
+        task_id: Any,
+        *,
+        title: Any = ...,
+        description: Any = ...,
+        status: Any = ...,
+        conversation_id: Any = ...,
+        callback_url: Any = ...,
+        metadata: Any = ...,
+        error: Any = ...,
+    ) -> Task:
+        """Change the fields passed (``None`` clears an optional one); always moves ``updated_at``."""
+        ...
+
+    def add_comment(self, scope: Scope, task_id: Any, text: str, *, author: str | None = None) -> Task:
+        """Append a comment ``{id, text, author, created_at}``; concurrent comments are all kept."""
+        ...
+
+    def set_result(self, scope: Scope, task_id: Any, result: Any) -> Task:
+        """Replace the task's one result and stamp ``result_at``; ``None`` clears both."""
+        ...
+
+    def get_result(self, scope: Scope, task_id: Any) -> Any:
+        """The task's result, or ``None`` when it has none."""
+        ...
+
+    def delete(self, scope: Scope, task_id: Any) -> None:
+        """Delete the task."""
+        ...
+
+    async def acreate(
+        self,
+        scope: Scope,
+        *,
+        title: str,
+        description: str | None = None,
+        conversation_id: Any = None,
+        agent: str | None = None,
+        status: str = "pending",
+        callback_url: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Task:
+        """Async twin of :meth:`create`."""
+        ...
+
+    async def aget(self, scope: Scope, task_id: Any) -> Task:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def alist(
+        self,
+        scope: Scope,
+        *,
+        conversation_id: Any = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        order: str = "desc",
+    ) -> Page[Task]:
+        """Async twin of :meth:`list`."""
+        ...
+
+    async def aupdate(
+        self,
+        scope: Scope,
+        task_id: Any,
+        *,
+        title: Any = ...,
+        description: Any = ...,
+        status: Any = ...,
+        conversation_id: Any = ...,
+        callback_url: Any = ...,
+        metadata: Any = ...,
+        error: Any = ...,
+    ) -> Task:
+        """Async twin of :meth:`update`."""
+        ...
+
+    async def aadd_comment(self, scope: Scope, task_id: Any, text: str, *, author: str | None = None) -> Task:
+        """Async twin of :meth:`add_comment`."""
+        ...
+
+    async def aset_result(self, scope: Scope, task_id: Any, result: Any) -> Task:
+        """Async twin of :meth:`set_result`."""
+        ...
+
+    async def aget_result(self, scope: Scope, task_id: Any) -> Any:
+        """Async twin of :meth:`get_result`."""
+        ...
+
+    async def adelete(self, scope: Scope, task_id: Any) -> None:
+        """Async twin of :meth:`delete`."""
+        ...
+
+
+@runtime_checkable
+class RunStoreProtocol(Protocol):
+    """Runs of the agent loop: create-or-resume, status moves, usage, cancellation."""
+
+    def create_or_resume(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        id: Any,
+        message_id: Any,
+        name: str = "",
+        parent_id: Any = None,
+        epoch: int | None = None,
+    ) -> Run:
+        """The run ``id`` of the conversation, inserted as running if it does not exist yet."""
+        ...
+
+    def get(self, scope: Scope, run_id: Any) -> Run: ...
+
+    def find_active_run(self, scope: Scope, conversation_id: Any) -> Run | None:
+        """The newest running run of the conversation (interrupted ones are parked, not active)."""
+        ...
+
+    def list(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Page[Run]:
+        """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's."""
+        ...
+
+    def children(self, scope: Scope, run_id: Any) -> list[Run]:
+        """The run's child runs (subagents), oldest first."""
+        ...
+
+    def is_cancel_requested(self, run_id: Any) -> bool:
+        """Whether a stop was asked for the run: the producer's cheap poll (False for an unknown run)."""
+        ...
+
+    def add_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
+        """Add ``usage`` to the run's counters (a missing counter starts at 0); the sum of every call is kept."""
+        ...
+
+    def set_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
+        """Move an open run between running and interrupted (a pause at an interrupt, a continuation)."""
+        ...
+
+    def finish(
+        self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
+    ) -> Run:
+        """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished")."""
+        ...
+
+    def mark_detached(self, scope: Scope, run_id: Any, since: datetime | None = None, *, epoch: int | None = None) -> Run:
+        """Record that nobody follows the open run any more; the first ``since`` is kept."""
+        ...
+
+    def clear_detached(self, scope: Scope, run_id: Any, *, epoch: int | None = None) -> Run:
+        """Record that the open run is followed (or taken over) again."""
+        ...
+
+    def request_cancel(self, scope: Scope, run_id: Any) -> Run:
+        """Ask the producer to stop the run (it polls :meth:`is_cancel_requested`)."""
+        ...
+
+    def abort_stuck(self, run_id: Any, *, error: dict[str, str] | None = None) -> bool:
+        """Operator or system action: abort an open run; False when it had already finished or is unknown."""
+        ...
+
+    async def acreate_or_resume(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        id: Any,
+        message_id: Any,
+        name: str = "",
+        parent_id: Any = None,
+        epoch: int | None = None,
+    ) -> Run:
+        """Async twin of :meth:`create_or_resume`."""
+        ...
+
+    async def aget(self, scope: Scope, run_id: Any) -> Run:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def afind_active_run(self, scope: Scope, conversation_id: Any) -> Run | None:
+        """Async twin of :meth:`find_active_run`."""
+        ...
+
+    async def alist(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> Page[Run]:
+        """Async twin of :meth:`list`."""
+        ...
+
+    async def achildren(self, scope: Scope, run_id: Any) -> list[Run]:
+        """Async twin of :meth:`children`."""
+        ...
+
+    async def ais_cancel_requested(self, run_id: Any) -> bool:
+        """Async twin of :meth:`is_cancel_requested`."""
+        ...
+
+    async def aadd_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
+        """Async twin of :meth:`add_usage`."""
+        ...
+
+    async def aset_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
+        """Async twin of :meth:`set_status`."""
+        ...
+
+    async def afinish(
+        self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
+    ) -> Run:
+        """Async twin of :meth:`finish`."""
+        ...
+
+    async def amark_detached(self, scope: Scope, run_id: Any, since: datetime | None = None, *, epoch: int | None = None) -> Run:
+        """Async twin of :meth:`mark_detached`."""
+        ...
+
+    async def aclear_detached(self, scope: Scope, run_id: Any, *, epoch: int | None = None) -> Run:
+        """Async twin of :meth:`clear_detached`."""
+        ...
+
+    async def arequest_cancel(self, scope: Scope, run_id: Any) -> Run:
+        """Async twin of :meth:`request_cancel`."""
+        ...
+
+    async def aabort_stuck(self, run_id: Any, *, error: dict[str, str] | None = None) -> bool:
+        """Async twin of :meth:`abort_stuck`."""
+        ...
+
+
+@runtime_checkable
+class InterruptStoreProtocol(Protocol):
+    """Interrupts: insert-if-absent creation, atomic batch answers, cancellation and the lapse sweep."""
+
+    def create(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        id: Any,
+        run_id: Any,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        expires_at: datetime | None = None,
+        epoch: int | None = None,
+    ) -> Interrupt:
+        """The interrupt ``id``, inserted as pending if it does not exist yet (else returned unchanged)."""
+        ...
+
+    def get(self, scope: Scope, interrupt_id: Any) -> Interrupt: ...
+
+    def list(self, scope: Scope, conversation_id: Any, *, status: str | None = None, run_id: Any = None) -> list[Interrupt]:
+        """The conversation's interrupts, oldest first, optionally of one status and one run."""
+        ...
+
+    def pending(self, scope: Scope, conversation_id: Any) -> list[Interrupt]: ...
+
+    def has_pending(self, conversation_id: Any) -> bool:
+        """Whether the conversation waits on an answer: the runtime's cheap check before new input."""
+        ...
+
+    def commit_batch(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        answers: list[dict[str, Any]],
+        *,
+        resolved_by: str | None = None,
+        now: datetime | None = None,
+    ) -> list[Interrupt]:
+        """Resolve every pending interrupt of the conversation with ``answers``, all or nothing."""
+        ...
+
+    def cancel_pending(self, scope: Scope, conversation_id: Any, *, run_id: Any = None, epoch: int | None = None) -> int:
+        """Cancel the conversation's pending interrupts (only ``run_id``'s when given); returns how many."""
+        ...
+
+    def expire_lapsed(self, *, now: datetime | None = None, limit: int | None = None) -> int:
+        """System sweep: cancel pending interrupts with ``expires_at <= now``, earliest first."""
+        ...
+
+    async def acreate(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        id: Any,
+        run_id: Any,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        expires_at: datetime | None = None,
+        epoch: int | None = None,
+    ) -> Interrupt:
+        """Async twin of :meth:`create`."""
+        ...
+
+    async def aget(self, scope: Scope, interrupt_id: Any) -> Interrupt:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def alist(
+        self, scope: Scope, conversation_id: Any, *, status: str | None = None, run_id: Any = None
+    ) -> list[Interrupt]:
+        """Async twin of :meth:`list`."""
+        ...
+
+    async def apending(self, scope: Scope, conversation_id: Any) -> list[Interrupt]:
+        """Async twin of :meth:`pending`."""
+        ...
+
+    async def ahas_pending(self, conversation_id: Any) -> bool:
+        """Async twin of :meth:`has_pending`."""
+        ...
+
+    async def acommit_batch(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        answers: list[dict[str, Any]],
+        *,
+        resolved_by: str | None = None,
+        now: datetime | None = None,
+    ) -> list[Interrupt]:
+        """Async twin of :meth:`commit_batch`."""
+        ...
+
+    async def acancel_pending(self, scope: Scope, conversation_id: Any, *, run_id: Any = None, epoch: int | None = None) -> int:
+        """Async twin of :meth:`cancel_pending`."""
+        ...
+
+    async def aexpire_lapsed(self, *, now: datetime | None = None, limit: int | None = None) -> int:
+        """Async twin of :meth:`expire_lapsed`."""
+        ...
+
+
+@runtime_checkable
+class SupervisionStoreProtocol(Protocol):
+    """The supervision row of each conversation: claims, heartbeats, terminal status."""
+
+    def read(self, conversation_id: Any) -> TurnSupervision | None:
+        """The stored row, unscoped (for the runtime); None when there is none."""
+        ...
+
+    def status(self, scope: Scope, conversation_id: Any, *, now: datetime | None = None) -> TurnStatus:
+        """The turn status a reader of the conversation sees; NotFound when it may not read it."""
+        ...
+
+    def list_dead(self, *, now: datetime | None = None, limit: int = 100) -> list[TurnSupervision]:
+        """Running rows whose heartbeat is older than ``DEAD_AFTER``, oldest first (for the reaper)."""
+        ...
+
+    def compare_and_swap(
+        self,
+        conversation_id: Any,
+        expected_epoch: int | None,
+        *,
+        status: str,
+        message_id: Any,
+        epoch: int,
+        run_id: Any = None,
+        replica: str = "",
+        heartbeat_at: datetime | None = None,
+    ) -> bool:
+        """Write the row iff it holds ``expected_epoch`` (None: iff there is no row)."""
+        ...
+
+    def claim(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any,
+        run_id: Any = None,
+        replica: str = "",
+        now: datetime | None = None,
+    ) -> Claim:
+        """Start a turn: take the conversation at its next epoch, unless a live turn holds it."""
+        ...
+
+    def claim_for_resume(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any,
+        replica: str = "",
+        now: datetime | None = None,
+    ) -> Claim:
+        """Take over the dead producer of turn ``message_id``, keeping its message and run."""
+        ...
+
+    def heartbeat_many(self, entries: list[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
+        """Stamp every live turn of this process in one statement; return the fenced conversation ids."""
+        ...
+
+    def finish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
+        """Write the terminal status (done | errored) iff the row still runs that epoch and message."""
+        ...
+
+    def delete(self, conversation_id: Any, *, message_id: Any, epoch: int) -> bool:
+        """Remove the row iff it still holds ``message_id`` at ``epoch``; returns whether it did."""
+        ...
+
+    def force_release(self, conversation_id: Any) -> bool:
+        """Operator action: mark a running turn errored and fence its producer."""
+        ...
+
+    async def aread(self, conversation_id: Any) -> TurnSupervision | None:
+        """Async twin of :meth:`read`."""
+        ...
+
+    async def astatus(self, scope: Scope, conversation_id: Any, *, now: datetime | None = None) -> TurnStatus:
+        """Async twin of :meth:`status`."""
+        ...
+
+    async def alist_dead(self, *, now: datetime | None = None, limit: int = 100) -> list[TurnSupervision]:
+        """Async twin of :meth:`list_dead`."""
+        ...
+
+    async def acompare_and_swap(
+        self,
+        conversation_id: Any,
+        expected_epoch: int | None,
+        *,
+        status: str,
+        message_id: Any,
+        epoch: int,
+        run_id: Any = None,
+        replica: str = "",
+        heartbeat_at: datetime | None = None,
+    ) -> bool:
+        """Async twin of :meth:`compare_and_swap`."""
+        ...
+
+    async def aclaim(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any,
+        run_id: Any = None,
+        replica: str = "",
+        now: datetime | None = None,
+    ) -> Claim:
+        """Async twin of :meth:`claim`."""
+        ...
+
+    async def aclaim_for_resume(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any,
+        replica: str = "",
+        now: datetime | None = None,
+    ) -> Claim:
+        """Async twin of :meth:`claim_for_resume`."""
+        ...
+
+    async def aheartbeat_many(self, entries: list[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
+        """Async twin of :meth:`heartbeat_many`."""
+        ...
+
+    async def afinish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
+        """Async twin of :meth:`finish`."""
+        ...
+
+    async def adelete(self, conversation_id: Any, *, message_id: Any, epoch: int) -> bool:
+        """Async twin of :meth:`delete`."""
+        ...
+
+    async def aforce_release(self, conversation_id: Any) -> bool:
+        """Async twin of :meth:`force_release`."""
+        ...
+
+
+@runtime_checkable
+class RecordingStoreProtocol(Protocol):
+    """The stream recording of each conversation."""
+
+    def put(self, conversation_id: Any, *, message_id: Any, index: int, message: dict[str, Any], epoch: int) -> bool:
+        """Overwrite the conversation's record, fenced by ``epoch``."""
+        ...
+
+    def put_many(self, records: list[dict[str, Any]]) -> set[uuid.UUID]:
+        """Flush a process's records in one transaction; return the conversation ids NOT written."""
+        ...
+
+    def read(self, scope: Scope, conversation_id: Any) -> StreamRecording | None:
+        """The record, if ``scope`` may read the conversation (NotFound otherwise); None when absent."""
+        ...
+
+    def read_unscoped(self, conversation_id: Any) -> StreamRecording | None:
+        """The record, for the runtime (a follower already checked access)."""
+        ...
+
+    def delete(self, conversation_id: Any, *, message_id: Any) -> bool:
+        """Remove the record iff it still belongs to ``message_id``; returns whether it did."""
+        ...
+
+    def purge(self, *, finished_before: datetime | None = None, limit: int | None = None) -> int:
+        """Delete up to ``limit`` records of finished turns last written before ``finished_before``."""
+        ...
+
+    async def aput(self, conversation_id: Any, *, message_id: Any, index: int, message: dict[str, Any], epoch: int) -> bool:
+        """Async twin of :meth:`put`."""
+        ...
+
+    async def aput_many(self, records: list[dict[str, Any]]) -> set[uuid.UUID]:
+        """Async twin of :meth:`put_many`."""
+        ...
+
+    async def aread(self, scope: Scope, conversation_id: Any) -> StreamRecording | None:
+        """Async twin of :meth:`read`."""
+        ...
+
+    async def aread_unscoped(self, conversation_id: Any) -> StreamRecording | None:
+        """Async twin of :meth:`read_unscoped`."""
+        ...
+
+    async def adelete(self, conversation_id: Any, *, message_id: Any) -> bool:
+        """Async twin of :meth:`delete`."""
+        ...
+
+    async def apurge(self, *, finished_before: datetime | None = None, limit: int | None = None) -> int:
+        """Async twin of :meth:`purge`."""
+        ...
+
+
+@runtime_checkable
+class CheckpointStoreProtocol(Protocol):
+    """The agent checkpoint of each conversation."""
+
+    def load(self, conversation_id: Any) -> dict[str, Any]:
+        """The saved state, for the runtime; ``{}`` when none was saved."""
+        ...
+
+    def load_for(self, scope: Scope, conversation_id: Any) -> dict[str, Any]:
+        """The saved state if ``scope`` may read the conversation (NotFound otherwise)."""
+        ...
+
+    def save(self, conversation_id: Any, state: dict[str, Any], *, epoch: int, message_id: Any = None) -> None:
+        """Replace the conversation's state, fenced by ``epoch``."""
+        ...
+
+    def save_many(self, checkpoints: list[dict[str, Any]]) -> set[uuid.UUID]:
+        """Save a process's due checkpoints in one transaction; return the conversation ids NOT saved."""
+        ...
+
+    def delete(self, conversation_id: Any) -> None:
+        """Forget the conversation's state; nothing happens when there is none."""
+        ...
+
+    async def aload(self, conversation_id: Any) -> dict[str, Any]:
+        """Async twin of :meth:`load`."""
+        ...
+
+    async def aload_for(self, scope: Scope, conversation_id: Any) -> dict[str, Any]:
+        """Async twin of :meth:`load_for`."""
+        ...
+
+    async def asave(self, conversation_id: Any, state: dict[str, Any], *, epoch: int, message_id: Any = None) -> None:
+        """Async twin of :meth:`save`."""
+        ...
+
+    async def asave_many(self, checkpoints: list[dict[str, Any]]) -> set[uuid.UUID]:
+        """Async twin of :meth:`save_many`."""
+        ...
+
+    async def adelete(self, conversation_id: Any) -> None:
+        """Async twin of :meth:`delete`."""
+        ...
+
+
+__all__ = [
+    "CheckpointStoreProtocol",
+    "Continuation",
+    "ConversationStoreProtocol",
+    "EventStoreProtocol",
+    "FileStoreProtocol",
+    "InterruptStoreProtocol",
+    "LeaseStoreProtocol",
+    "RecordingStoreProtocol",
+    "RunStoreProtocol",
+    "Seal",
+    "SupervisionStoreProtocol",
+    "TaskStoreProtocol",
+    "TurnPlan",
+    "TurnStoreProtocol",
+    "TurnView",
+]
