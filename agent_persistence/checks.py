@@ -11,6 +11,13 @@
 - E008: DEAD_AFTER is not larger than HEARTBEAT_INTERVAL.
 - E009: a size limit above what the database backend can hold.
 - E010: MCP_SERVERS is not a dict of server name -> dict.
+
+Deployment checks, run by ``manage.py check --deploy`` only:
+
+- W101: a database is SQLite (one machine; replicas need PostgreSQL).
+- W102: the default channel layer is the in-memory one (live updates stay in one process).
+- W103: a key published in this repository (the example project's or the test suite's).
+- W104: DEBUG is on.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
+from django.db.utils import load_backend
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, IMPORT_STRINGS, SETTING_NAME, app_settings
@@ -162,21 +170,46 @@ def _check_keys() -> list[Any]:
     return errors
 
 
+def database_vendor(settings_dict: dict[str, Any]) -> str | None:
+    """The vendor (``"sqlite"``, ``"postgresql"`` ...) of a DATABASES entry, without connecting."""
+    engine = settings_dict.get("ENGINE")
+    if not isinstance(engine, str) or not engine:
+        return None
+    try:
+        return load_backend(engine).DatabaseWrapper.vendor
+    except Exception:  # Django's own checks report an engine that does not load.
+        return None
+
+
+def sqlite_without_immediate(databases: dict[str, dict[str, Any]]) -> list[Any]:
+    """E004 for every SQLite entry of ``databases`` whose transactions are not IMMEDIATE."""
+    errors: list[Any] = []
+    for alias, settings_dict in databases.items():
+        if database_vendor(settings_dict) != "sqlite":
+            continue
+        if (settings_dict.get("OPTIONS") or {}).get("transaction_mode") != "IMMEDIATE":
+            errors.append(
+                Error(
+                    f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
+                    hint="Concurrent writers upgrade read locks and fail with 'database is locked'. "
+                    "Set DATABASES[...]['OPTIONS']['transaction_mode'] = 'IMMEDIATE' (docs/tutorial/first-agent.md).",
+                    id="agent_persistence.E004",
+                )
+            )
+    return errors
+
+
+# Not database-tagged: read from settings, so plain `manage.py check` (and every runserver/migrate) reports it.
+@register(Tags.compatibility)
+def check_sqlite_transactions(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    return sqlite_without_immediate(settings.DATABASES)
+
+
 @register(Tags.database)
 def check_databases(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Any]:
     errors: list[Any] = []
     for alias in databases or []:
         connection = connections[alias]
-        if connection.vendor == "sqlite":
-            mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
-            if mode != "IMMEDIATE":
-                errors.append(
-                    Error(
-                        f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
-                        hint="Concurrent writers upgrade read locks and fail with 'database is locked'.",
-                        id="agent_persistence.E004",
-                    )
-                )
         limit = BACKEND_VALUE_LIMITS.get(connection.vendor)
         if limit is not None:
             for key in ("MAX_FILE_BYTES", "MAX_STATE_BYTES", "MAX_MESSAGE_BYTES"):
@@ -191,4 +224,67 @@ def check_databases(app_configs: Any = None, databases: Any = None, **kwargs: An
     return errors
 
 
-__all__ = ["DEFAULTS", "check_databases", "check_settings"]
+# Keys published in this repository: anyone can decrypt what they protect.
+PUBLISHED_ENCRYPTION_KEYS = frozenset(
+    {
+        "3q1q0V5zq4yJq8mJ9cY2o3lX6pQJb2b5m5t0Yk8n1dE=",  # example_project/settings.py
+        "cw_0x689RpI-jtRR7oE8h_eQsKImvJapLeSbXpwF4e4=",  # tests/settings.py
+    }
+)
+PUBLISHED_SECRET_KEYS = frozenset({"example-project-insecure-development-key", "tests-insecure-key"})
+IN_MEMORY_LAYER = "channels.layers.InMemoryChannelLayer"
+
+
+@register(Tags.security, deploy=True)
+def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """``check --deploy``: the embedded defaults and development settings that must not reach production."""
+    warnings: list[Any] = []
+    for alias, settings_dict in settings.DATABASES.items():
+        if database_vendor(settings_dict) == "sqlite":
+            warnings.append(
+                Warning(
+                    f"Database {alias!r} is SQLite: every server process must run on this one machine, "
+                    "and writers queue on one lock.",
+                    hint="Use PostgreSQL for more than one machine (docs/howto/postgresql-and-redis.md); "
+                    "silence agent_persistence.W101 if one machine is the plan.",
+                    id="agent_persistence.W101",
+                )
+            )
+    layer = (getattr(settings, "CHANNEL_LAYERS", {}) or {}).get("default") or {}
+    if layer.get("BACKEND") == IN_MEMORY_LAYER:
+        warnings.append(
+            Warning(
+                "The default channel layer is InMemoryChannelLayer: live updates reach only sockets of the "
+                "process that produces the turn; followers elsewhere poll the recording.",
+                hint="Use channels_redis.core.RedisChannelLayer (docs/howto/postgresql-and-redis.md).",
+                id="agent_persistence.W102",
+            )
+        )
+    keys = app_settings.raw("ENCRYPTION_KEYS")
+    keys = [keys] if isinstance(keys, str) else list(keys or [])
+    published = [position for position, key in enumerate(keys) if key in PUBLISHED_ENCRYPTION_KEYS]
+    if published or getattr(settings, "SECRET_KEY", None) in PUBLISHED_SECRET_KEYS:
+        names = [f"ENCRYPTION_KEYS[{position}]" for position in published]
+        if getattr(settings, "SECRET_KEY", None) in PUBLISHED_SECRET_KEYS:
+            names.append("SECRET_KEY")
+        warnings.append(
+            Warning(
+                f"{', '.join(names)}: a development key published in this repository (example project or test suite).",
+                hint="Generate your own (`python -m agent_persistence.keygen`, Django's get_random_secret_key()) "
+                "and read them from the environment.",
+                id="agent_persistence.W103",
+            )
+        )
+    if settings.DEBUG:
+        warnings.append(
+            Warning(
+                "DEBUG is on: server errors show tracebacks and settings to clients, and every SQL statement of "
+                "the long-running producers is kept in memory.",
+                hint="Set DEBUG = False in production (docs/howto/deploy.md).",
+                id="agent_persistence.W104",
+            )
+        )
+    return warnings
+
+
+__all__ = ["DEFAULTS", "check_databases", "check_deployment", "check_settings", "check_sqlite_transactions"]
