@@ -3,6 +3,7 @@
 from .conversations import Conversation, LastTurnStatus, Message, Role
 from .events import Event, Lease
 from .files import StoredFile
+from .langgraph import GraphBlob, GraphCheckpoint, GraphWrite
 from .oauth import McpClientInfo, McpIntegration
 from .runs import FINISHED_RUN_STATUSES, Interrupt, InterruptKind, InterruptStatus, Run, RunStatus
 from .tasks import Task, TaskStatus
@@ -13,6 +14,9 @@ __all__ = [
     "Conversation",
     "Event",
     "FINISHED_RUN_STATUSES",
+    "GraphBlob",
+    "GraphCheckpoint",
+    "GraphWrite",
     "Interrupt",
     "InterruptKind",
     "InterruptStatus",

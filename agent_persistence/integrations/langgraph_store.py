@@ -1,0 +1,394 @@
+"""A LangGraph checkpointer on the Django ORM: ``DjangoCheckpointSaver`` (sync and async).
+
+Works on any database Django supports (tested on SQLite and PostgreSQL) with
+the rows of :mod:`agent_persistence.models.langgraph`::
+
+    from agent_persistence.integrations.langgraph_store import DjangoCheckpointSaver
+    graph = builder.compile(checkpointer=DjangoCheckpointSaver())
+    graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+
+Inside a durable turn, :meth:`DjangoCheckpointSaver.for_turn` binds the saver
+to the turn: the thread is the conversation, every write is fenced by the
+turn's epoch (a producer that lost the conversation writes nothing, ``Fenced``)
+and saves the turn's own checkpoint in the same transaction, so the text the
+answer holds and the graph's progress can never disagree after a crash.
+
+Semantics follow LangGraph's savers: ``put`` upserts a checkpoint and stores
+each new channel version once; ``put_writes`` keeps the first write of a
+(task, index) and replaces special writes (errors, interrupts); ``list``
+returns newest first with ``filter`` (metadata equality), ``before`` and
+``limit``; ``delete_thread`` removes a thread's checkpoints, blobs and writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
+from django.db.models import Q
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ..exceptions import Validation
+from ..models import GraphBlob, GraphCheckpoint, GraphWrite
+from .base import turn_epoch
+
+if TYPE_CHECKING:
+    from ..runtime.turn import Turn
+
+SCALARS = (str, int, float, bool, type(None))
+
+
+def _bytes(value: Any) -> bytes:
+    return b"" if value is None else bytes(value)
+
+
+def _releases_worker_connection(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Close the thread's connection after a sync call made from a worker thread.
+
+    LangGraph's sync API calls savers from its own short-lived executor threads;
+    a connection Django opened there would outlive the thread. The main thread,
+    an open transaction and the async twins (which call the unwrapped methods
+    in Django's sync thread) keep theirs.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        finally:
+            if threading.current_thread() is not threading.main_thread():
+                for connection in connections.all(initialized_only=True):
+                    if not connection.in_atomic_block:
+                        connection.close()
+
+    return wrapper
+
+
+def _thread_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}}
+
+
+class DjangoCheckpointSaver(BaseCheckpointSaver[str]):
+    """LangGraph checkpoints, channel blobs and pending writes in the app's database.
+
+    Unbound (``DjangoCheckpointSaver()``) it serves any thread id. Bound to a
+    turn (:meth:`for_turn`) it serves only the turn's conversation, fences every
+    write by the turn's epoch and saves the turn's checkpoint with it.
+    """
+
+    def __init__(self, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.conversation_id: uuid.UUID | None = None
+        self.epoch: int | None = None
+        self.message_id: uuid.UUID | None = None
+        self.turn_snapshot: Callable[[], dict[str, Any]] | None = None
+
+    @classmethod
+    def for_turn(cls, turn: Turn, *, serde: SerializerProtocol | None = None) -> DjangoCheckpointSaver:
+        """A saver whose thread is ``turn``'s conversation and whose writes are fenced by its epoch."""
+        saver = cls(serde=serde)
+        saver.conversation_id = turn.conversation_id
+        saver.epoch = turn_epoch(turn)
+        saver.message_id = turn.message_id
+        saver.turn_snapshot = turn.snapshot
+        return saver
+
+    @property
+    def bound(self) -> bool:
+        return self.conversation_id is not None
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _tuple(self, row: GraphCheckpoint) -> CheckpointTuple:
+        checkpoint: Checkpoint = self.serde.loads_typed((row.checkpoint_type, _bytes(row.checkpoint)))
+        versions = checkpoint.get("channel_versions") or {}
+        values: dict[str, Any] = {}
+        if versions:
+            wanted = Q()
+            for channel, version in versions.items():
+                wanted |= Q(channel=channel, version=str(version))
+            blobs = GraphBlob.objects.filter(wanted, thread_id=row.thread_id, checkpoint_ns=row.checkpoint_ns)
+            for channel, value_type, value in blobs.values_list("channel", "value_type", "value"):
+                if value_type != "empty":
+                    values[channel] = self.serde.loads_typed((value_type, _bytes(value)))
+        writes = GraphWrite.objects.filter(
+            thread_id=row.thread_id, checkpoint_ns=row.checkpoint_ns, checkpoint_id=row.checkpoint_id
+        ).order_by("task_path", "task_id", "idx")
+        pending = [
+            (task_id, channel, self.serde.loads_typed((value_type, _bytes(value))))
+            for task_id, channel, value_type, value in writes.values_list("task_id", "channel", "value_type", "value")
+        ]
+        parent = (
+            _thread_config(row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id) if row.parent_checkpoint_id else None
+        )
+        return CheckpointTuple(
+            config=_thread_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+            checkpoint={**checkpoint, "channel_values": values},
+            metadata=row.metadata,
+            parent_config=parent,
+            pending_writes=pending,
+        )
+
+    @_releases_worker_connection
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (its ``checkpoint_id``, else the thread's latest), or None."""
+        return self._get_tuple(config)
+
+    def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        configurable = config["configurable"]
+        rows = GraphCheckpoint.objects.filter(
+            thread_id=str(configurable["thread_id"]), checkpoint_ns=configurable.get("checkpoint_ns", "")
+        )
+        checkpoint_id = get_checkpoint_id(config)
+        row = rows.filter(checkpoint_id=checkpoint_id).first() if checkpoint_id else rows.order_by("-checkpoint_id").first()
+        return None if row is None else self._tuple(row)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of ``config``'s thread (and namespace, and id) or of all threads."""
+        return iter(_releases_worker_connection(self._list)(config, filter=filter, before=before, limit=limit))
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> list[CheckpointTuple]:
+        found: list[CheckpointTuple] = []
+        rows = GraphCheckpoint.objects.all()
+        if config is not None:
+            configurable = config["configurable"]
+            rows = rows.filter(thread_id=str(configurable["thread_id"]))
+            if configurable.get("checkpoint_ns") is not None:
+                rows = rows.filter(checkpoint_ns=configurable["checkpoint_ns"])
+            if checkpoint_id := get_checkpoint_id(config):
+                rows = rows.filter(checkpoint_id=checkpoint_id)
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            rows = rows.filter(checkpoint_id__lt=before_id)
+        exact: dict[str, Any] = {}
+        for key, value in (filter or {}).items():
+            if isinstance(value, SCALARS) and value is not None:
+                rows = rows.filter(**{f"metadata__{key}": value})
+            exact[key] = value  # checked again below: JSON key lookups differ across databases for non-scalars
+        rows = rows.order_by("-checkpoint_id", "thread_id", "checkpoint_ns")
+        if not exact and limit is not None:
+            rows = rows[: max(limit, 0)]
+        remaining = limit
+        for row in rows.iterator(chunk_size=100):
+            if exact and not all(row.metadata.get(key) == value for key, value in exact.items()):
+                continue
+            if remaining is not None:
+                if remaining <= 0:
+                    break
+                remaining -= 1
+            found.append(self._tuple(row))
+        return found
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def _check_thread(self, thread_id: str) -> None:
+        if self.bound and thread_id != str(self.conversation_id):
+            raise Validation(
+                "A saver bound to a turn writes only its conversation's thread.", code="wrong_thread", field="thread_id"
+            )
+
+    def _fence_and_save_turn(self, snapshot: dict[str, Any] | None) -> None:
+        """Inside the write's transaction: prove the epoch holds (Fenced otherwise) and save the turn's checkpoint."""
+        if not self.bound:
+            return
+        from ..stores import checkpoint_store
+
+        state = snapshot if snapshot is not None else self.turn_snapshot()  # type: ignore[misc]
+        # The checkpoint store's save is fenced by the epoch: it proves the lease and keeps it
+        # locked until this transaction commits the graph's rows with the turn's checkpoint.
+        checkpoint_store().save(self.conversation_id, state, epoch=self.epoch, message_id=self.message_id)
+
+    def _owner_fields(self) -> dict[str, Any]:
+        return {"conversation_id": self.conversation_id} if self.bound else {}
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        snapshot: dict[str, Any] | None,
+    ) -> RunnableConfig:
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        self._check_thread(thread_id)
+        stored = dict(checkpoint)
+        values: dict[str, Any] = stored.pop("channel_values", {})  # type: ignore[misc]
+        owner = self._owner_fields()
+        blobs = []
+        for channel, version in new_versions.items():
+            value_type, value = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", None)
+            blobs.append(
+                GraphBlob(
+                    thread_id=thread_id, checkpoint_ns=checkpoint_ns, channel=channel, version=str(version),
+                    value_type=value_type, value=value, **owner,
+                )
+            )
+        checkpoint_type, checkpoint_bytes = self.serde.dumps_typed(stored)
+        row = GraphCheckpoint(
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint["id"],
+            parent_checkpoint_id=configurable.get("checkpoint_id"),
+            checkpoint_type=checkpoint_type,
+            checkpoint=checkpoint_bytes,
+            metadata=get_serializable_checkpoint_metadata(config, metadata),
+            epoch=self.epoch,
+            message_id=self.message_id,
+            **owner,
+        )
+        with transaction.atomic():
+            self._fence_and_save_turn(snapshot)
+            if blobs:
+                # A (channel, version) is immutable: the first write stands.
+                GraphBlob.objects.bulk_create(blobs, ignore_conflicts=True)
+            GraphCheckpoint.objects.bulk_create(
+                [row],
+                update_conflicts=True,
+                unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id"],
+                update_fields=["parent_checkpoint_id", "checkpoint_type", "checkpoint", "metadata", "epoch", "message_id"],
+            )
+        return _thread_config(thread_id, checkpoint_ns, checkpoint["id"])
+
+    def _put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str,
+        snapshot: dict[str, Any] | None,
+    ) -> None:
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        self._check_thread(thread_id)
+        owner = self._owner_fields()
+        rows = []
+        for index, (channel, value) in enumerate(writes):
+            value_type, data = self.serde.dumps_typed(value)
+            rows.append(
+                GraphWrite(
+                    thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=configurable["checkpoint_id"],
+                    task_id=task_id, task_path=task_path, idx=WRITES_IDX_MAP.get(channel, index), channel=channel,
+                    value_type=value_type, value=data, **owner,
+                )
+            )
+        special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+        with transaction.atomic():
+            self._fence_and_save_turn(snapshot)
+            if not rows:
+                return
+            if special:
+                # Errors, interrupts and resumes replace the task's previous one.
+                GraphWrite.objects.bulk_create(
+                    rows,
+                    update_conflicts=True,
+                    unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                    update_fields=["channel", "value_type", "value", "task_path"],
+                )
+            else:
+                # A task's regular writes are written once: a retried task cannot change them.
+                GraphWrite.objects.bulk_create(rows, ignore_conflicts=True)
+
+    @_releases_worker_connection
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
+        """Store a checkpoint and its new channel versions; the config that names it."""
+        return self._put(config, checkpoint, metadata, new_versions, None)
+
+    @_releases_worker_connection
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        """Store a task's writes against the checkpoint of ``config``."""
+        self._put_writes(config, writes, task_id, task_path, None)
+
+    @_releases_worker_connection
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, blob and write of the thread, in one transaction."""
+        self._delete_thread(thread_id)
+
+    def _delete_thread(self, thread_id: str) -> None:
+        thread_id = str(thread_id)
+        with transaction.atomic():
+            GraphWrite.objects.filter(thread_id=thread_id).delete()
+            GraphBlob.objects.filter(thread_id=thread_id).delete()
+            GraphCheckpoint.objects.filter(thread_id=thread_id).delete()
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """Monotonic string versions (as LangGraph's own savers use): a counter and a random tie-break."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- async twins: the snapshot of the turn is taken on the event loop, the queries run in the sync thread --------
+
+    def _snapshot(self) -> dict[str, Any] | None:
+        return self.turn_snapshot() if self.turn_snapshot is not None else None
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await sync_to_async(self._get_tuple)(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await sync_to_async(self._list)(config, filter=filter, before=before, limit=limit)
+        for item in found:
+            yield item
+
+    async def aput(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
+        return await sync_to_async(self._put)(config, checkpoint, metadata, new_versions, self._snapshot())
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await sync_to_async(self._put_writes)(config, writes, task_id, task_path, self._snapshot())
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await sync_to_async(self._delete_thread)(thread_id)
+
+    # -- queries the bridge uses ----------------------------------------------------------------
+
+    def written_by(self, thread_id: str, message_id: uuid.UUID) -> bool:
+        """Whether the thread has a checkpoint written by the turn ``message_id``."""
+        return GraphCheckpoint.objects.filter(thread_id=str(thread_id), message_id=message_id).exists()
+
+    async def awritten_by(self, thread_id: str, message_id: uuid.UUID) -> bool:
+        return await sync_to_async(self.written_by)(thread_id, message_id)
