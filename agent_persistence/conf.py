@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "SUPERVISION_STORE": "agent_persistence.stores.supervision.SupervisionStore",
     "RECORDING_STORE": "agent_persistence.stores.recordings.RecordingStore",
     "CHECKPOINT_STORE": "agent_persistence.stores.checkpoints.CheckpointStore",
+    # The turn aggregate: every transition that writes more than one table.
+    "TURN_STORE": "agent_persistence.stores.turns.TurnStore",
     # Agents: {"name": "dotted.path.AgentClass"}.
     "AGENTS": {},
     # Maps a request (or websocket scope) to a Scope(tenant, user).
@@ -97,6 +99,7 @@ IMPORT_STRINGS = frozenset(
         "SUPERVISION_STORE",
         "RECORDING_STORE",
         "CHECKPOINT_STORE",
+        "TURN_STORE",
         "SCOPE_RESOLVER",
         "OAUTH_REPOSITORY",
     }

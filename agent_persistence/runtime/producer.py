@@ -23,20 +23,17 @@ import socket
 import time
 import uuid
 import weakref
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
 from django.utils import timezone
 
 from ..conf import app_settings
 from ..exceptions import Fenced, NotFound
-from ..models import Conversation, Interrupt, Run
-from ..scope import Scope
-from ..stores import checkpoint_store, interrupt_store, recording_store, run_store, supervision_store
-from ..stores.supervision import fence
+from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
+from ..stores import checkpoint_store, interrupt_store, recording_store, supervision_store, turn_store
+from ..stores.protocols import Seal, TurnPlan
 from . import hooks
 from .agents import Agent
 from .turn import Turn, TurnSuspended
@@ -55,11 +52,11 @@ class Outcome(str, enum.Enum):
     ABANDONED = "abandoned"
 
 
-# What each sealed outcome writes: (run status, supervision status, last_turn_status).
+#: What each sealed outcome writes.
 SEALS = {
-    Outcome.COMPLETED: ("completed", "done", "complete"),
-    Outcome.CANCELLED: ("aborted", "done", "cancelled"),
-    Outcome.ERRORED: ("failed", "errored", "errored"),
+    Outcome.COMPLETED: Seal(RunStatus.COMPLETED, SupervisionStatus.DONE, LastTurnStatus.COMPLETE),
+    Outcome.CANCELLED: Seal(RunStatus.ABORTED, SupervisionStatus.DONE, LastTurnStatus.CANCELLED),
+    Outcome.ERRORED: Seal(RunStatus.FAILED, SupervisionStatus.ERRORED, LastTurnStatus.ERRORED),
 }
 
 
@@ -67,78 +64,16 @@ def replica_id() -> str:
     return app_settings.REPLICA_ID or f"{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass(frozen=True)
-class TurnPlan:
-    """Everything the database said about a turn about to be driven."""
-
-    scope: Scope
-    conversation_id: uuid.UUID
-    message_id: uuid.UUID
-    run_id: uuid.UUID
-    epoch: int
-    agent_name: str
-    resumed: bool
-    start_index: int
-    transcript: list[Any]
-    checkpoint: dict[str, Any]
-    answers: dict[str, Any]
-
-
-def seal_turn(plan_scope: Scope, conversation_id: uuid.UUID, *, message_id: uuid.UUID, run_id: uuid.UUID,
+def seal_turn(plan_scope: Any, conversation_id: uuid.UUID, *, message_id: uuid.UUID, run_id: uuid.UUID,
               epoch: int, message: dict[str, Any], outcome: Outcome, error: dict[str, str] | None = None) -> bool:
     """Write a turn's terminal status in one fenced transaction; False when fenced or gone."""
-    from ..stores import conversation_store, event_store
-
-    run_status, supervision_status, last_turn_status = SEALS[outcome]
-    try:
-        with transaction.atomic():
-            fence(conversation_id, epoch)
-            metadata: dict[str, Any] = {"stop_reason": outcome.value}
-            if error:
-                metadata["error"] = error
-            conversation_store().append_message(
-                plan_scope,
-                conversation_id,
-                id=message_id,
-                role="assistant",
-                content=message.get("content", ""),
-                tool_calls=message.get("tool_calls"),
-                metadata=metadata,
-                run_id=run_id,
-                create=False,
-            )
-            run_store().finish(plan_scope, run_id, run_status, error=error)
-            supervision_store().finish(conversation_id, epoch=epoch, message_id=message_id, status=supervision_status)
-            Conversation.objects.filter(pk=conversation_id).update(last_turn_status=last_turn_status, updated_at=timezone.now())
-            event_store().append(
-                plan_scope,
-                conversation_id,
-                [{"type": "status_idle", "data": _event_data(message_id, run_id, stop_reason=outcome.value, error=error)}],
-                run_id=run_id,
-            )
-            transaction.on_commit(lambda: _announce(plan_scope, conversation_id, message_id, run_id))
-    except (Fenced, NotFound):
-        logger.info("Turn %s of conversation %s was fenced or deleted; it writes nothing more.", message_id, conversation_id)
-        return False
-    return True
-
-
-def _event_data(message_id: uuid.UUID, run_id: uuid.UUID, **extra: Any) -> dict[str, Any]:
-    data = {"message_id": str(message_id), "run_id": str(run_id)}
-    data.update({key: value for key, value in extra.items() if value is not None})
-    return data
-
-
-def _announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID) -> None:
-    from ..signals import conversation_updated
-
-    conversation_updated.send(
-        sender=Conversation,
-        tenant=scope.tenant,
-        conversation_id=conversation_id,
-        message_id=message_id,
-        run_id=run_id,
+    sealed = turn_store().seal(
+        plan_scope, conversation_id, message_id=message_id, run_id=run_id, epoch=epoch, message=message,
+        seal=SEALS[outcome], stop_reason=outcome.value, error=error,
     )
+    if not sealed:
+        logger.info("Turn %s of conversation %s was fenced or deleted; it writes nothing more.", message_id, conversation_id)
+    return sealed
 
 
 class Producer:
@@ -268,7 +203,7 @@ class Producer:
                 if outcome is not Outcome.INTERRUPTED or await self._suspend():
                     break
                 # Every question was answered before the run could go idle: go on at once.
-                self.turn._answers = await sync_to_async(answers_for_turn)(self.conversation_id, self.plan.message_id)
+                self.turn._answers = await turn_store().aanswers(self.conversation_id, self.plan.message_id)
             if outcome is not Outcome.INTERRUPTED:
                 self.sealing = True
                 await self._seal(outcome, error)
@@ -333,37 +268,14 @@ class Producer:
     def _seal_interrupted(self) -> bool:
         """Record the run as interrupted and release the conversation, unless every question is answered.
 
-        Runs under the supervision row's lock (``fence``), as answering does,
+        The store does it under the supervision row's lock, as answering does,
         so an answer lands either before this check (the run goes on) or after
         the run is recorded as interrupted (the answer starts a continuation).
         """
-        from ..stores import event_store
-
         plan = self.plan
-        with transaction.atomic():
-            fence(plan.conversation_id, self.epoch)
-            if not interrupt_store().has_pending(plan.conversation_id):
-                return False
-            run_store().set_status(plan.scope, plan.run_id, "interrupted")
-            supervision_store().finish(plan.conversation_id, epoch=self.epoch, message_id=plan.message_id, status="done")
-            event_store().append(
-                plan.scope,
-                plan.conversation_id,
-                [{"type": "status_idle", "data": _event_data(plan.message_id, plan.run_id, stop_reason="interrupted")}],
-                run_id=plan.run_id,
-            )
-        return True
-
-
-def answers_for_turn(conversation_id: uuid.UUID, message_id: uuid.UUID) -> dict[str, Any]:
-    """The answered interrupts of a turn, ``{interrupt id: response}``."""
-    answered = Interrupt.objects.filter(conversation_id=conversation_id, run__message_id=message_id, status="resolved")
-    return {str(pk): response for pk, response in answered.values_list("pk", "response")}
-
-
-def cancel_requested_runs(run_ids: list[uuid.UUID]) -> set[uuid.UUID]:
-    """The runs among ``run_ids`` whose stop was requested (from any process): one statement."""
-    return set(Run.objects.filter(pk__in=run_ids, cancel_requested=True).values_list("pk", flat=True))
+        return turn_store().suspend(
+            plan.scope, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=self.epoch
+        )
 
 
 class Supervisor:
@@ -420,7 +332,7 @@ class Supervisor:
         if not producers:
             return
         fenced = await supervision_store().aheartbeat_many([(p.conversation_id, p.epoch) for p in producers])
-        stopping = await sync_to_async(cancel_requested_runs)([p.plan.run_id for p in producers])
+        stopping = await turn_store().astop_requested([p.plan.run_id for p in producers])
         for producer in producers:
             if producer.conversation_id in fenced:
                 logger.warning("Conversation %s is held by a newer epoch; its producer stops.", producer.conversation_id)

@@ -7,10 +7,11 @@ import inspect
 import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from ..models import InterruptKind, Message
 from ..scope import Scope
+from ..statuses import InterruptKind
 
 if TYPE_CHECKING:
+    from ..models import Message
     from .producer import Producer
 
 # Deterministic interrupt ids: the same question in a re-driven run has the same id.

@@ -19,7 +19,7 @@ from ..exceptions import Fenced, StorageLimit, Validation
 from ..models import AgentCheckpoint
 from ..scope import Scope
 from .base import async_twin, clean_object, json_size, lookup_id, parse_id, readable_conversation
-from .supervision import clean_lease_epoch, fence, fence_many, upsert_unless_newer
+from .fencing import clean_lease_epoch, fence, fence_many, upsert_unless_newer
 
 
 def clean_state(state: Any) -> tuple[dict[str, Any], int]:

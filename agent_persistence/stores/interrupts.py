@@ -45,7 +45,8 @@ from .base import (
     readable_conversation,
     writable_conversation,
 )
-from .runs import clean_run_id, guard, producer_conversation, run_finished, run_not_found
+from .fencing import guard, producer_conversation
+from .runs import clean_run_id, run_finished, run_not_found
 
 #: The response the lapse sweep records on the interrupts it cancels.
 EXPIRED_RESPONSE = {"expired": True}

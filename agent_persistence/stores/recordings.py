@@ -25,7 +25,7 @@ from ..exceptions import Validation
 from ..models import StreamRecording, SupervisionStatus
 from ..scope import Scope
 from .base import async_twin, clean_datetime, clean_object, lookup_id, parse_id, readable_conversation
-from .supervision import clean_lease_epoch, fence, fence_many, upsert_unless_newer
+from .fencing import clean_lease_epoch, fence, fence_many, upsert_unless_newer
 
 RECORD_KEYS = frozenset({"conversation_id", "message_id", "index", "message", "epoch"})
 

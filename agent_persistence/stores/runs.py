@@ -43,12 +43,12 @@ from .base import (
     clean_paging,
     clean_text,
     lookup_id,
+    paginate,
     parse_id,
     readable,
     readable_conversation,
-    writable_conversation,
 )
-from .supervision import fence
+from .fencing import guard, producer_conversation
 
 #: A run in one of these may still change; the others are final.
 OPEN_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.INTERRUPTED)
@@ -161,26 +161,6 @@ def writable_run(scope: Scope, run_id: Any) -> Run:
     return run
 
 
-def guard(conversation_id: uuid.UUID, epoch: int | None) -> None:
-    """Fence a producer write (``epoch`` given); operator and API actions pass None."""
-    if epoch is not None:
-        fence(conversation_id, epoch)
-
-
-def producer_conversation(scope: Scope, conversation_id: Any, epoch: int | None) -> Conversation:
-    """The owner's conversation, fenced at ``epoch`` and then locked until the transaction ends.
-
-    The lock keeps the conversation from being deleted before an insert that
-    refers to it commits; it is taken after the fence, in the declared lock order.
-    """
-    conversation = writable_conversation(scope, conversation_id)
-    guard(conversation.pk, epoch)
-    locked = Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
-    if locked is None:  # deleted between the two reads
-        raise NotFound("No such conversation.")
-    return locked
-
-
 def update_open_run(run: Run, **changes: Any) -> None:
     """Write ``changes`` iff the run is still open; a finished run is Conflict("run_finished")."""
     if not Run.objects.filter(pk=run.pk, status__in=OPEN_RUN_STATUSES).update(**changes):
@@ -281,7 +261,7 @@ class RunStore:
         runs = Run.objects.filter(conversation=conversation).order_by("-started_at", "-id")
         if turn_id is not None:
             runs = runs.filter(message_id=turn_id)
-        return Page(items=list(runs[offset : offset + limit]), total=runs.count(), limit=limit, offset=offset)
+        return paginate(runs, limit, offset)
 
     def children(self, scope: Scope, run_id: Any) -> list[Run]:
         """The run's child runs (subagents), oldest first."""

@@ -6,12 +6,9 @@ the row at that epoch, and every producer write goes through :func:`fence`,
 which fails once a newer epoch holds the conversation. Liveness is judged by
 the reader from the heartbeat's age; no "dead" status is ever stored.
 
-Lock order: the supervision row, then the conversation row. :func:`fence`
-locks only the supervision row, and a producer calls it before its write (which
-may lock the conversation, as message and event appends do), so claims take
-the two locks in that same order and never deadlock with a producer. A caller
-that locks the conversation itself before claiming in the same transaction
-(to append the user message, say) calls :func:`lock_supervision` first.
+Lock order: the supervision row, then the conversation row, as every turn
+transition takes them (written down once, in :mod:`.turns`); the fence itself
+lives in :mod:`.fencing`.
 """
 
 from __future__ import annotations
@@ -21,15 +18,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, NamedTuple
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Busy, Conflict, Fenced, Gone, NotFound, Validation
+from ..exceptions import Busy, Conflict, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
 from .base import (
-    MAX_EPOCH,
     async_twin,
     clean_datetime,
     clean_text,
@@ -38,13 +34,11 @@ from .base import (
     readable_conversation,
     writable_conversation,
 )
+from .fencing import clean_lease_epoch, fence_many, lock_supervision
+from .fencing import fence  # noqa: F401  (importable from here, where it used to live)
 
 RUNNING = SupervisionStatus.RUNNING.value
 FINISHED_STATUSES = (SupervisionStatus.DONE.value, SupervisionStatus.ERRORED.value)
-
-#: Conversations per statement of a batched heartbeat (keeps the statement's parameters bounded).
-BATCH_CHUNK_SIZE = 500
-
 
 # -- what readers get -------------------------------------------------------------------------
 
@@ -134,96 +128,7 @@ def occupant_of(row: TurnSupervision, now: datetime) -> dict[str, Any]:
     }
 
 
-# -- fencing ----------------------------------------------------------------------------------
-
-
-def fence(conversation_id: Any, epoch: int) -> None:
-    """Prove that ``epoch`` still holds the conversation; raise Fenced when it does not.
-
-    Call it INSIDE the caller's ``transaction.atomic()``, before the producer's
-    write: the UPDATE keeps the supervision row locked until the caller
-    commits, so a concurrent claim waits for the write instead of slipping in
-    between the check and the write. It also stamps the heartbeat, since a
-    producer that can write is alive.
-    """
-    pk = lookup_id(conversation_id)
-    held = TurnSupervision.objects.filter(
-        conversation_id=pk, epoch=clean_lease_epoch(epoch, minimum=0), status=SupervisionStatus.RUNNING
-    ).update(heartbeat_at=timezone.now())
-    if not held:
-        raise Fenced(conversation_id=str(pk), epoch=epoch)
-
-
-def lock_supervision(conversation_id: Any) -> TurnSupervision | None:
-    """Lock the conversation's supervision row (if any) until the surrounding transaction ends.
-
-    The first statement of a transaction that will lock the conversation row
-    and then claim, so it takes the locks in the order producers do.
-    """
-    return TurnSupervision.objects.select_for_update().filter(pk=lookup_id(conversation_id)).first()
-
-
-def fence_many(entries: Iterable[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
-    """Stamp the heartbeat of every running ``(conversation_id, epoch)``; return the fenced ids.
-
-    One ``UPDATE ... RETURNING`` per :data:`BATCH_CHUNK_SIZE` pairs. Inside a
-    transaction the stamped rows stay locked until it commits, as with
-    :func:`fence`. A conversation is fenced when none of its pairs matched a
-    running row.
-    """
-    pairs = clean_entries(entries)
-    now = clean_now(now)
-    stamped: set[uuid.UUID] = set()
-    for start in range(0, len(pairs), BATCH_CHUNK_SIZE):
-        stamped |= _stamp_heartbeats(pairs[start : start + BATCH_CHUNK_SIZE], now)
-    return {cid for cid, _ in pairs} - stamped
-
-
-def _stamp_heartbeats(pairs: list[tuple[uuid.UUID, int]], now: datetime) -> set[uuid.UUID]:
-    meta = TurnSupervision._meta
-    conversation_field = meta.get_field("conversation")
-    quote = connection.ops.quote_name
-    id_column, epoch_column = quote(conversation_field.column), quote(meta.get_field("epoch").column)
-    rows = ", ".join(["(%s, %s)"] * len(pairs))
-    sql = (
-        f"UPDATE {quote(meta.db_table)} SET {quote(meta.get_field('heartbeat_at').column)} = %s "
-        f"WHERE {quote(meta.get_field('status').column)} = %s "
-        f"AND ({id_column}, {epoch_column}) IN (VALUES {rows}) "
-        f"RETURNING {id_column}"
-    )
-    params: list[Any] = [meta.get_field("heartbeat_at").get_db_prep_value(now, connection), RUNNING]
-    for cid, epoch in pairs:
-        params += [conversation_field.target_field.get_db_prep_value(cid, connection), epoch]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {as_uuid(value) for (value,) in cursor.fetchall()}
-
-
-def as_uuid(value: Any) -> uuid.UUID:
-    # SQLite hands back the 32-character hex text a UUIDField is stored as.
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
 # -- cleaning ---------------------------------------------------------------------------------
-
-
-def clean_lease_epoch(value: Any, field_name: str = "epoch", *, minimum: int = 1) -> int:
-    """A required epoch; claims start at 1, so a producer's epoch is never 0."""
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_EPOCH:
-        raise Validation(f"{field_name} must be a whole number from {minimum} to {MAX_EPOCH}.", field=field_name)
-    return value
-
-
-def clean_entries(entries: Any) -> list[tuple[uuid.UUID, int]]:
-    """Distinct ``(conversation_id, epoch)`` pairs, sorted so batches lock rows in one order."""
-    if not isinstance(entries, (list, tuple, set, frozenset)):
-        raise Validation("entries must be a list of (conversation_id, epoch) pairs.", field="entries")
-    pairs = set()
-    for entry in entries:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
-            raise Validation("entries must be a list of (conversation_id, epoch) pairs.", field="entries")
-        pairs.add((parse_id(entry[0], "conversation_id"), clean_lease_epoch(entry[1])))
-    return sorted(pairs)
 
 
 def clean_now(value: Any) -> datetime:
@@ -521,40 +426,3 @@ def _write_claim(conversation: Conversation, row: TurnSupervision | None, values
 
 def _inconsistent() -> Conflict:
     return Conflict("The conversation's turn changed while it was being claimed; try again.", code="claim_conflict")
-
-
-def upsert_unless_newer(model: Any, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
-    """Write one row per conversation unless the stored row has a higher ``epoch``; return the ids written.
-
-    ``INSERT ... ON CONFLICT (pk) DO UPDATE ... WHERE epoch <= new epoch
-    RETURNING pk`` in chunks of :data:`BATCH_CHUNK_SIZE`: the check and the
-    write are one statement, atomic on PostgreSQL and SQLite alike. ``rows``
-    map field names (the primary key named ``conversation``) to values.
-    """
-    written: set[uuid.UUID] = set()
-    for start in range(0, len(rows), BATCH_CHUNK_SIZE):
-        written |= _upsert_chunk(model, rows[start : start + BATCH_CHUNK_SIZE])
-    return written
-
-
-def _upsert_chunk(model: Any, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
-    meta = model._meta
-    quote = connection.ops.quote_name
-    names = list(rows[0])
-    fields = [meta.get_field(name) for name in names]
-    columns = [quote(field.column) for field in fields]
-    table = quote(meta.db_table)
-    id_column = quote(meta.pk.column)
-    epoch_column = quote(meta.get_field("epoch").column)
-    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    sql = (
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([placeholders] * len(rows))} "
-        f"ON CONFLICT ({id_column}) DO UPDATE SET "
-        + ", ".join(f"{column} = excluded.{column}" for column in columns if column != id_column)
-        + f" WHERE {table}.{epoch_column} <= excluded.{epoch_column} RETURNING {id_column}"
-    )
-    preparers = [getattr(field, "target_field", None) or field for field in fields]
-    params = [preparer.get_db_prep_value(row[name], connection) for row in rows for name, preparer in zip(names, preparers)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {as_uuid(value) for (value,) in cursor.fetchall()}

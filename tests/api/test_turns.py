@@ -508,6 +508,9 @@ EXPECTED = {
         for name, (_, ok) in WRITES.items()
     },
 }
+# A start without an agent takes the conversation's only when the caller may read it: for anyone else the id
+# names nothing, exactly like an unknown one (400 unknown_agent), so the answer never tells that it exists.
+EXPECTED["start"].update({"tenant_user": 400, "other_tenant": 400})
 
 
 @pytest.mark.parametrize("actor", ACTORS)

@@ -165,3 +165,7 @@ class AnsweredSerializer(serializers.Serializer):
         help_text="The run that drives the turn on, when the answers released it; null when the producer that asked "
         "goes on itself, interrupts are still pending, or the batch repeats one already committed.",
     )
+    took_over = serializers.BooleanField(
+        help_text="True when the producer that asked had died: the answers were stored and the turn resumed on this "
+        "server in the same transaction (continued names the resumed run)."
+    )

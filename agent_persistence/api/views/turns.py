@@ -11,14 +11,15 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter
+from django.db import transaction
+from django.utils.decorators import method_decorator
 from rest_framework import status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...runtime import loop
 from ...runtime.turns import TurnHandle, cancel_turn, continue_turn, resume_turn, start_turn
-from ...stores import interrupt_store, recording_store, run_store, supervision_store
+from ...stores import interrupt_store, run_store, turn_store
 from ..pagination import page_body, paging
 from ..schema import extend_schema
 from ..serializers.base import StrictSerializer, error_responses
@@ -72,14 +73,18 @@ def turn_body(handle: TurnHandle) -> dict[str, Any]:
     }
 
 
+#: Turn transitions run on the producer loop's own connection, so the request must not hold a transaction
+#: around them (under ``ATOMIC_REQUESTS`` on SQLite it would hold the write lock they wait for).
+non_atomic = method_decorator(transaction.non_atomic_requests, name="dispatch")
+
+
 class EmptyBody(StrictSerializer):
     """A request without fields: anything sent is an unknown field."""
 
 
+@non_atomic
 class TurnView(ScopedAPIView):
     """Start a turn: the user's message is stored and a producer answers it on this server."""
-
-    parser_classes = [JSONParser]
 
     @extend_schema(
         tags=TAGS,
@@ -126,14 +131,14 @@ class StreamStatusView(ScopedAPIView):
         responses={200: StreamStatusSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        turn = supervision_store().status(self.scope, conversation_id)
-        record = recording_store().read(self.scope, conversation_id)
+        turn = turn_store().read_turn(self.scope, conversation_id)
         recording = None
-        if record is not None and turn.message_id is not None and record.message_id == turn.message_id:
-            recording = {"index": record.index, "message": record.message}
+        if turn.record is not None:
+            recording = {"index": turn.record["index"], "message": turn.record["message"]}
         return Response(
             {
-                "state": turn.state,
+                # A turn parked on interrupts is done as far as its producer goes.
+                "state": "done" if turn.state == "interrupted" else turn.state,
                 "message_id": optional_text(turn.message_id),
                 "run_id": optional_text(turn.run_id),
                 "epoch": turn.epoch,
@@ -144,10 +149,9 @@ class StreamStatusView(ScopedAPIView):
         )
 
 
+@non_atomic
 class ResumeTurnView(ScopedAPIView):
     """Take over a dead producer's turn and drive it on from its last checkpoint, on this server."""
-
-    parser_classes = [JSONParser]
 
     @extend_schema(
         tags=TAGS,
@@ -164,10 +168,9 @@ class ResumeTurnView(ScopedAPIView):
         return Response(turn_body(handle), status=status.HTTP_202_ACCEPTED)
 
 
+@non_atomic
 class CancelTurnView(ScopedAPIView):
     """Stop the conversation's turn: it ends as cancelled and keeps its partial answer."""
-
-    parser_classes = [JSONParser]
 
     @extend_schema(
         tags=TAGS,
@@ -217,10 +220,9 @@ class RunDetailView(ScopedAPIView):
         return Response(RunDetailSerializer(run, context={"children": children}).data)
 
 
+@non_atomic
 class InterruptsView(ScopedAPIView):
     """The conversation's interrupts; answering a batch of them."""
-
-    parser_classes = [JSONParser]
 
     @extend_schema(
         tags=TAGS,
@@ -265,5 +267,6 @@ class InterruptsView(ScopedAPIView):
             {
                 "interrupts": InterruptSerializer(resolved, many=True).data,
                 "continued": turn_body(handle) if handle is not None else None,
+                "took_over": handle is not None and handle.took_over,
             }
         )

@@ -1,0 +1,669 @@
+"""The turn store: every turn transition that writes more than one table, on the Django ORM.
+
+Each transition (begin, continue after answers, resume, suspend, seal, close
+out, force release) is one transaction that checks existence and access
+inside it, after its locks, so a refusal writes nothing and two transitions
+never interleave. The runtime calls these and nothing else for a turn's
+multi-table writes; it opens no transaction itself.
+
+Lock order
+----------
+Every transition takes its locks in this order, and only this order:
+
+1. the conversation's supervision row (``SELECT ... FOR UPDATE``; absent is fine);
+2. the conversation row (``SELECT ... FOR UPDATE``, or its INSERT for a new one);
+3. then only rows that hang off the conversation (runs, interrupts, messages,
+   events, the conversation's counters), which no transaction reaches without
+   holding 2.
+
+The producer's fenced writes elsewhere (batched heartbeats, recordings,
+checkpoints, interrupt creation: see :mod:`.fencing`) lock 1 and then, at
+most, 2 and their own rows, so they keep the same order. When no supervision
+row exists, 2 is taken alone; if a row appears before 2 is held (another
+claim committed in between), 2 is released by rolling back its savepoint and
+the sequence starts again, so 1 is never requested while 2 is held.
+
+SQLite ignores row locks: its IMMEDIATE transactions take the database write
+lock at BEGIN, which serialises the same transitions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any, Collection
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..exceptions import Busy, Conflict, ConversationNotOwned, Fenced, Gone, NotFound, PendingInterrupts, Validation
+from ..ids import uuid7
+from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
+from ..scope import Scope
+from ..statuses import InterruptStatus, LastTurnStatus, OPEN_RUN_STATUSES, Role, RunStatus, SupervisionStatus
+from .base import async_twin, bump_counter, check_scope, lookup_id, parse_id
+from .checkpoints import CheckpointStore
+from .conversations import MessageInput, clean_agent, clean_message, insert_message, message_conflict
+from .events import EventStore
+from .fencing import fence
+from .interrupts import InterruptStore
+from .protocols import Continuation, Seal, TurnPlan, TurnView
+from .runs import clean_error
+from .supervision import clean_replica, is_dead, occupant_of, status_of
+
+#: How often a transition starts its locking again when rows appear or vanish under it.
+LOCK_ATTEMPTS = 8
+
+#: The error of a run whose producer stopped heartbeating.
+PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
+#: The error of a run an operator released.
+FORCE_RELEASED = {"code": "force_released", "message": "An operator released this conversation."}
+
+
+# -- locking ----------------------------------------------------------------------------------
+
+
+class _RowAppeared(Exception):
+    """Rolls back the conversation's lock: a supervision row appeared before it was held."""
+
+
+def lock_turn(pk: uuid.UUID) -> tuple[TurnSupervision | None, Conversation | None]:
+    """Take locks 1 and 2 of the lock order; the conversation is None when it does not exist."""
+    for _ in range(LOCK_ATTEMPTS):
+        row = TurnSupervision.objects.select_for_update().filter(pk=pk).first()
+        if row is not None:
+            conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+            if conversation is not None:
+                return row, conversation
+            continue  # the conversation (and its row, by cascade) was deleted meanwhile
+        try:
+            with transaction.atomic():
+                conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+                if conversation is not None and TurnSupervision.objects.filter(pk=pk).exists():
+                    raise _RowAppeared()
+                return None, conversation
+        except _RowAppeared:
+            continue
+    raise contended()
+
+
+def create_locked(scope: Scope, pk: uuid.UUID, *, agent: str, now: datetime) -> Conversation | None:
+    """Insert the scope's new conversation (lock 2 for a new one); None when another transaction made it first."""
+    try:
+        with transaction.atomic():
+            return Conversation.objects.create(
+                id=pk, tenant=scope.tenant, owner=scope.user, agent=agent, created_at=now, updated_at=now
+            )
+    except IntegrityError:
+        # PostgreSQL made us wait for the other insert's commit: lock again, supervision row first.
+        return None
+
+
+def can_read(scope: Scope, conversation: Conversation) -> bool:
+    return conversation.tenant == scope.tenant and (conversation.owner == scope.user or conversation.shared)
+
+
+def check_writable(scope: Scope, conversation: Conversation | None) -> Conversation:
+    """The conversation if ``scope`` owns it; a reader gets 403, anyone else 404, whether or not it exists."""
+    if conversation is None or not can_read(scope, conversation):
+        raise NotFound("No such conversation.")
+    if conversation.owner != scope.user:
+        raise ConversationNotOwned()
+    return conversation
+
+
+def contended() -> Conflict:
+    return Conflict("The conversation's turn changed while it was being claimed; try again.", code="claim_conflict")
+
+
+# -- writes under the locks -------------------------------------------------------------------
+
+
+def claim(conversation: Conversation, row: TurnSupervision | None, *, message_id: uuid.UUID, run_id: uuid.UUID,
+          replica: str, now: datetime) -> int:
+    """Write the supervision row at the conversation's next epoch; the caller bumps the conversation to it."""
+    epoch = conversation.epoch + 1
+    values = {
+        "status": SupervisionStatus.RUNNING,
+        "message_id": message_id,
+        "run_id": run_id,
+        "epoch": epoch,
+        "replica": replica,
+        "heartbeat_at": now,
+        "claimed_at": now,
+    }
+    if row is None:
+        TurnSupervision.objects.create(conversation_id=conversation.pk, **values)
+    elif not TurnSupervision.objects.filter(pk=conversation.pk, epoch=row.epoch).update(**values):
+        raise contended()  # only a writer that ignores the lock order gets here
+    return epoch
+
+
+def set_conversation(scope: Scope, conversation: Conversation, *, messages: int = 0, **changes: Any) -> int:
+    """One UPDATE of the locked conversation: ``changes``, and ``messages`` positions reserved; the first one."""
+    next_position = bump_counter(scope, conversation.pk, "next_position", messages, **changes)
+    if next_position is None:  # the row is locked by us: only a writer ignoring the lock order gets here
+        raise contended()
+    return next_position - messages
+
+
+def insert_turn_message(pk: uuid.UUID, message: MessageInput, position: int, now: datetime) -> None:
+    try:
+        with transaction.atomic():
+            insert_message(pk, message, position, now)
+    except IntegrityError:
+        raise message_conflict([message.id]) from None
+
+
+def open_runs(pk: uuid.UUID, message_id: uuid.UUID) -> Any:
+    return Run.objects.filter(conversation_id=pk, message_id=message_id, status__in=OPEN_RUN_STATUSES)
+
+
+def finish_runs(runs: Any, status: RunStatus, error: dict[str, str] | None, now: datetime) -> int:
+    return runs.update(status=status, error=error, finished_at=now)
+
+
+def latest_run(pk: uuid.UUID, message_id: uuid.UUID) -> Run | None:
+    return Run.objects.filter(conversation_id=pk, message_id=message_id).order_by("-started_at", "-id").first()
+
+
+def new_run(pk: uuid.UUID, *, run_id: uuid.UUID, message_id: uuid.UUID, name: str, epoch: int, now: datetime) -> None:
+    Run.objects.create(
+        id=run_id, conversation_id=pk, message_id=message_id, name=name, status=RunStatus.RUNNING, epoch=epoch,
+        started_at=now,
+    )
+
+
+def event_data(message_id: uuid.UUID, run_id: uuid.UUID | None = None, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"message_id": str(message_id)}
+    if run_id is not None:
+        data["run_id"] = str(run_id)
+    data.update({key: value for key, value in extra.items() if value is not None})
+    return data
+
+
+def running_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "status_running", "data": event_data(message_id, run_id, epoch=epoch, **extra)}
+
+
+def lost_event(message_id: uuid.UUID, epoch: int) -> dict[str, Any]:
+    return {"type": "producer_lost", "data": {"message_id": str(message_id), "epoch": epoch}}
+
+
+def idle_event(message_id: uuid.UUID, run_id: uuid.UUID | None, stop_reason: str,
+               error: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"type": "status_idle", "data": event_data(message_id, run_id, stop_reason=stop_reason, error=error)}
+
+
+def pending_ids(pk: uuid.UUID) -> list[uuid.UUID]:
+    return list(
+        Interrupt.objects.filter(conversation_id=pk, status=InterruptStatus.PENDING)
+        .order_by("requested_at", "id")
+        .values_list("pk", flat=True)
+    )
+
+
+def clean_seal(seal: Any) -> Seal:
+    if not isinstance(seal, Seal):
+        raise TypeError("seal must be a Seal.")
+    return seal
+
+
+def clean_known_agents(known_agents: Any) -> frozenset[str]:
+    if isinstance(known_agents, str) or not isinstance(known_agents, Collection):
+        raise TypeError("known_agents must be a collection of agent names.")
+    return frozenset(name for name in known_agents if isinstance(name, str))
+
+
+def unknown_agent(name: str) -> Validation:
+    return Validation(f"No agent is registered as {name!r}.", code="unknown_agent", field="agent")
+
+
+def announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID | None) -> None:
+    """``conversation_updated``, once the transaction that sealed the turn has committed."""
+    from ..signals import conversation_updated
+
+    conversation_updated.send(
+        sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id
+    )
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+class TurnStore:
+    """The turn aggregate on the Django ORM: see the module's lock order."""
+
+    def __init__(self) -> None:
+        # The family's single-table stores, called inside the transitions' transactions.
+        self.events = EventStore()
+        self.interrupts = InterruptStore()
+        self.checkpoints = CheckpointStore()
+
+    # -- starting -----------------------------------------------------------------------------
+
+    def begin(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        content: Any,
+        known_agents: Collection[str],
+        agent: str | None = None,
+        message_id: Any = None,
+        user_message_id: Any = None,
+        metadata: dict[str, Any] | None = None,
+        replica: str = "",
+    ) -> TurnPlan:
+        """Store the user message, claim the conversation (creating it when new), create the run.
+
+        The agent defaults to the conversation's when the scope may read it;
+        so an id the scope may not see answers like an unknown one.
+        """
+        check_scope(scope)
+        pk = parse_id(conversation_id, "conversation")
+        message_id = parse_id(message_id, "message_id") if message_id is not None else uuid.uuid4()
+        agents = clean_known_agents(known_agents)
+        wanted_agent = None if agent is None else clean_agent(agent)
+        user_message = clean_message(role=Role.USER, content=content, id=user_message_id, metadata=metadata)
+        replica = clean_replica(replica)
+        run_id = uuid7()
+        with transaction.atomic():
+            now = timezone.now()
+            for _ in range(LOCK_ATTEMPTS):
+                row, conversation = lock_turn(pk)
+                visible = conversation is not None and can_read(scope, conversation)
+                agent_name = wanted_agent or (conversation.agent if visible else "")  # type: ignore[union-attr]
+                if agent_name not in agents:
+                    raise unknown_agent(agent_name)
+                if conversation is None:
+                    conversation = create_locked(scope, pk, agent=agent_name, now=now)
+                    if conversation is None:
+                        continue
+                break
+            else:
+                raise contended()
+            check_writable(scope, conversation)
+            pending = pending_ids(pk)
+            if pending:
+                raise PendingInterrupts(pending=[str(interrupt_id) for interrupt_id in pending])
+            if row is not None and row.status == SupervisionStatus.RUNNING and not is_dead(row, now):
+                raise Busy(occupant=occupant_of(row, now))
+            events = []
+            if row is not None and row.status == SupervisionStatus.RUNNING:
+                # A new turn replaces a dead producer's: record the old one as lost, not running forever.
+                events.append(lost_event(row.message_id, row.epoch))
+                finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, PRODUCER_LOST, now)
+            epoch = claim(conversation, row, message_id=message_id, run_id=run_id, replica=replica, now=now)
+            position = set_conversation(
+                scope, conversation, messages=1, epoch=epoch, last_turn_status=LastTurnStatus.RUNNING, updated_at=now
+            )
+            insert_turn_message(pk, user_message, position, now)
+            new_run(pk, run_id=run_id, message_id=message_id, name=agent_name, epoch=epoch, now=now)
+            events.append(running_event(message_id, run_id, epoch))
+            self.events.append(scope, pk, events, run_id=run_id)
+        return self._plan(scope, pk, message_id=message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
+                          resumed=False)
+
+    def continue_after_answers(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        answers: list[dict[str, Any]],
+        *,
+        resolved_by: str | None = None,
+        replica: str = "",
+    ) -> Continuation:
+        """Commit the answers (all or nothing) and, when they release the turn, claim its next run, atomically.
+
+        An interrupted run gets a continuation run; a turn whose producer died
+        before it could go idle is taken over and resumed (``took_over``); a
+        live producer sees the answers itself. Either the answers are stored
+        and the turn claimed, or nothing is stored.
+        """
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        replica = clean_replica(replica)
+        with transaction.atomic():
+            row, conversation = lock_turn(pk)
+            check_writable(scope, conversation)
+            resolved = self.interrupts.commit_batch(scope, pk, answers, resolved_by=resolved_by)
+            if pending_ids(pk):
+                return Continuation(resolved)
+            now = timezone.now()
+            interrupted = (
+                Run.objects.filter(conversation_id=pk, status=RunStatus.INTERRUPTED).order_by("-started_at", "-id").first()
+            )
+            if interrupted is not None:
+                run_id = uuid7()
+                epoch = claim(conversation, row, message_id=interrupted.message_id, run_id=run_id, replica=replica, now=now)
+                set_conversation(scope, conversation, epoch=epoch, last_turn_status=LastTurnStatus.RUNNING)
+                finish_runs(Run.objects.filter(pk=interrupted.pk), RunStatus.COMPLETED, None, now)
+                agent_name = interrupted.name or conversation.agent
+                new_run(pk, run_id=run_id, message_id=interrupted.message_id, name=agent_name, epoch=epoch, now=now)
+                self.events.append(
+                    scope, pk, [running_event(interrupted.message_id, run_id, epoch, continuation=True)], run_id=run_id
+                )
+                message_id, took_over = interrupted.message_id, False
+            elif row is not None and row.status == SupervisionStatus.RUNNING and is_dead(row, now):
+                run_id = uuid7()
+                message_id, took_over = row.message_id, True
+                epoch, agent_name = self._take_over(scope, conversation, row, run_id=run_id, replica=replica, now=now)
+            else:
+                return Continuation(resolved)
+        plan = self._plan(scope, pk, message_id=message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
+                          resumed=True)
+        return Continuation(resolved, plan, took_over)
+
+    def resume(self, scope: Scope, conversation_id: Any, *, message_id: Any = None, replica: str = "") -> TurnPlan:
+        """Take over a dead producer's turn at epoch + 1 with a new run; its open runs are recorded as lost.
+
+        A live turn is Busy (409); a finished one, another turn, or none is Gone (410).
+        """
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        wanted = lookup_id(message_id, "message") if message_id is not None else None
+        replica = clean_replica(replica)
+        run_id = uuid7()
+        with transaction.atomic():
+            row, conversation = lock_turn(pk)
+            conversation = check_writable(scope, conversation)
+            now = timezone.now()
+            if (
+                row is None
+                or row.status != SupervisionStatus.RUNNING
+                or (wanted is not None and row.message_id != wanted)
+            ):
+                raise Gone("This turn is not running, so it cannot be resumed.", code="turn_not_resumable")
+            if not is_dead(row, now):
+                raise Busy(occupant=occupant_of(row, now))
+            epoch, agent_name = self._take_over(scope, conversation, row, run_id=run_id, replica=replica, now=now)
+        return self._plan(scope, pk, message_id=row.message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
+                          resumed=True)
+
+    def _take_over(self, scope: Scope, conversation: Conversation, row: TurnSupervision, *, run_id: uuid.UUID,
+                   replica: str, now: datetime) -> tuple[int, str]:
+        """Claim a dead producer's turn for a new run (under the locks); its epoch and agent."""
+        pk = conversation.pk
+        previous = latest_run(pk, row.message_id)
+        agent_name = (previous.name if previous is not None and previous.name else "") or conversation.agent
+        finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, PRODUCER_LOST, now)
+        epoch = claim(conversation, row, message_id=row.message_id, run_id=run_id, replica=replica, now=now)
+        set_conversation(scope, conversation, epoch=epoch, last_turn_status=LastTurnStatus.RUNNING)
+        new_run(pk, run_id=run_id, message_id=row.message_id, name=agent_name, epoch=epoch, now=now)
+        self.events.append(
+            scope,
+            pk,
+            [lost_event(row.message_id, row.epoch), running_event(row.message_id, run_id, epoch, resumed=True)],
+            run_id=run_id,
+        )
+        return epoch, agent_name
+
+    # -- the producer's transitions -------------------------------------------------------------
+
+    def suspend(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int) -> bool:
+        """Park the run as interrupted and release the conversation, unless every question is answered.
+
+        Under lock 1 (the fence), as answering is, so an answer lands either
+        before this check (False: the run goes on) or after the run is parked
+        (the answer starts a continuation). Fenced when a newer epoch holds it.
+        """
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        message_id = parse_id(message_id, "message_id")
+        run_id = parse_id(run_id, "run_id")
+        with transaction.atomic():
+            fence(pk, epoch)
+            if Conversation.objects.select_for_update().filter(pk=pk).first() is None:
+                raise NotFound("No such conversation.")
+            if not pending_ids(pk):
+                return False
+            Run.objects.filter(pk=run_id, status__in=OPEN_RUN_STATUSES).update(status=RunStatus.INTERRUPTED)
+            TurnSupervision.objects.filter(pk=pk, epoch=epoch, message_id=message_id).update(
+                status=SupervisionStatus.DONE, heartbeat_at=timezone.now()
+            )
+            self.events.append(scope, pk, [idle_event(message_id, run_id, "interrupted")], run_id=run_id)
+        return True
+
+    def seal(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        message_id: Any,
+        run_id: Any,
+        epoch: int,
+        message: dict[str, Any],
+        seal: Seal,
+        stop_reason: str,
+        error: dict[str, str] | None = None,
+    ) -> bool:
+        """Write the turn's end in one fenced transaction; False (nothing written) when fenced or gone."""
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        message_id = parse_id(message_id, "message_id")
+        run_id = parse_id(run_id, "run_id")
+        seal = clean_seal(seal)
+        error = clean_error(error)
+        answer = self._answer(message_id, run_id, message, stop_reason, error)
+        try:
+            with transaction.atomic():
+                fence(pk, epoch)
+                conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+                if conversation is None:
+                    raise NotFound("No such conversation.")
+                self._write_end(scope, conversation, answer, run_id=run_id, epoch=epoch, seal=seal,
+                                stop_reason=stop_reason, error=error)
+        except (Fenced, NotFound):
+            return False
+        return True
+
+    def close_out(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        seal: Seal,
+        stop_reason: str,
+        error: dict[str, str] | None = None,
+        replica: str = "",
+    ) -> bool:
+        """End a dead producer's turn here with its recording's partial answer, fencing the producer.
+
+        Busy while the producer is alive; False when no turn is running.
+        """
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        seal = clean_seal(seal)
+        error = clean_error(error)
+        replica = clean_replica(replica)
+        with transaction.atomic():
+            row, conversation = lock_turn(pk)
+            conversation = check_writable(scope, conversation)
+            now = timezone.now()
+            if row is None or row.status != SupervisionStatus.RUNNING:
+                return False
+            if not is_dead(row, now):
+                raise Busy(occupant=occupant_of(row, now))
+            record = StreamRecording.objects.filter(pk=pk, message_id=row.message_id).first()
+            partial = record.message if record is not None else {"content": ""}
+            run = latest_run(pk, row.message_id)
+            run_id = run.pk if run is not None else None
+            epoch = claim(conversation, row, message_id=row.message_id, run_id=run_id, replica=replica, now=now)
+            conversation.epoch = epoch
+            if run_id is not None:
+                Run.objects.filter(pk=run_id).update(epoch=epoch)
+                finish_runs(open_runs(pk, row.message_id).exclude(pk=run_id), RunStatus.ABORTED, PRODUCER_LOST, now)
+            self.events.append(scope, pk, [lost_event(row.message_id, row.epoch)], run_id=run_id)
+            answer = self._answer(row.message_id, run_id, partial, stop_reason, error)
+            self._write_end(scope, conversation, answer, run_id=run_id, epoch=epoch, seal=seal, stop_reason=stop_reason,
+                            error=error, also={"epoch": epoch})
+        return True
+
+    def _answer(self, message_id: uuid.UUID, run_id: uuid.UUID | None, message: Any, stop_reason: str,
+                error: dict[str, str] | None) -> MessageInput:
+        if not isinstance(message, dict):
+            raise Validation("message must be a JSON object.", field="message")
+        metadata: dict[str, Any] = {"stop_reason": stop_reason}
+        if error:
+            metadata["error"] = error
+        return clean_message(
+            role=Role.ASSISTANT, id=message_id, content=message.get("content", ""), tool_calls=message.get("tool_calls"),
+            metadata=metadata, run_id=run_id,
+        )
+
+    def _write_end(self, scope: Scope, conversation: Conversation, answer: MessageInput, *, run_id: uuid.UUID | None,
+                   epoch: int, seal: Seal, stop_reason: str, error: dict[str, str] | None,
+                   also: dict[str, Any] | None = None) -> None:
+        """The seal's writes under locks 1 and 2: message, run, supervision row, conversation, event."""
+        pk = conversation.pk
+        now = timezone.now()
+        position = set_conversation(
+            scope, conversation, messages=1, last_turn_status=seal.last_turn_status, updated_at=now, **(also or {})
+        )
+        insert_turn_message(pk, answer, position, now)
+        if run_id is not None:
+            finish_runs(Run.objects.filter(pk=run_id, status__in=OPEN_RUN_STATUSES), seal.run_status, error, now)
+        TurnSupervision.objects.filter(pk=pk, epoch=epoch, status=SupervisionStatus.RUNNING).update(
+            status=seal.supervision_status, heartbeat_at=now
+        )
+        self.events.append(scope, pk, [idle_event(answer.id, run_id, stop_reason, error)], run_id=run_id)
+        transaction.on_commit(lambda: announce(scope, pk, answer.id, run_id))
+
+    # -- operators ------------------------------------------------------------------------------
+
+    def force_release(self, conversation_id: Any) -> bool:
+        """End the running turn as errored and fence its producer (epoch + 1); False when none runs."""
+        pk = lookup_id(conversation_id)
+        with transaction.atomic():
+            row, conversation = lock_turn(pk)
+            if row is None or conversation is None or row.status != SupervisionStatus.RUNNING:
+                return False
+            now = timezone.now()
+            TurnSupervision.objects.filter(pk=pk, epoch=row.epoch).update(status=SupervisionStatus.ERRORED, heartbeat_at=now)
+            Conversation.objects.filter(pk=pk).update(
+                epoch=conversation.epoch + 1, last_turn_status=LastTurnStatus.ERRORED, updated_at=now
+            )
+            finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, FORCE_RELEASED, now)
+        return True
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read_turn(self, scope: Scope | None, conversation_id: Any) -> TurnView:
+        """The turn as a follower sees it now; NotFound when ``scope`` may not read the conversation."""
+        pk = lookup_id(conversation_id)
+        idle_epoch = 0
+        if scope is not None:
+            check_scope(scope)
+            conversation = Conversation.objects.filter(pk=pk).only("tenant", "owner", "shared", "epoch").first()
+            if conversation is None or not can_read(scope, conversation):
+                raise NotFound("No such conversation.")
+            idle_epoch = conversation.epoch
+        row = TurnSupervision.objects.filter(pk=pk).first()
+        status = status_of(row, idle_epoch=idle_epoch)
+        view = TurnView(
+            state=status.state, message_id=status.message_id, run_id=status.run_id, epoch=status.epoch,
+            replica=status.replica, heartbeat_age=status.heartbeat_age,
+        )
+        if row is None:
+            return view
+        record = StreamRecording.objects.filter(pk=pk, message_id=row.message_id).first()
+        if record is not None:
+            view.record = {"epoch": record.epoch, "index": record.index, "message": record.message}
+        if status.state in (SupervisionStatus.DONE, SupervisionStatus.ERRORED):
+            message = Message.objects.filter(conversation_id=pk, pk=row.message_id).first()
+            if message is not None:
+                metadata = message.metadata or {}
+                final = {"role": Role.ASSISTANT.value, "content": message.content}
+                if message.tool_calls:
+                    final["tool_calls"] = message.tool_calls
+                view.final = {"message": final, "stop_reason": metadata.get("stop_reason"), "error": metadata.get("error")}
+            else:
+                pending = Interrupt.objects.filter(conversation_id=pk, status=InterruptStatus.PENDING).order_by(
+                    "requested_at", "pk"
+                )
+                view.interrupts = [
+                    {
+                        "id": str(interrupt.pk),
+                        "kind": interrupt.kind,
+                        "payload": interrupt.payload,
+                        "expires_at": interrupt.expires_at.isoformat() if interrupt.expires_at else None,
+                    }
+                    for interrupt in pending
+                ]
+                if view.interrupts:
+                    view.state = "interrupted"
+        return view
+
+    def answers(self, conversation_id: Any, message_id: Any) -> dict[str, Any]:
+        """The answered interrupts of a turn, ``{interrupt id: response}``."""
+        answered = Interrupt.objects.filter(
+            conversation_id=lookup_id(conversation_id),
+            run__message_id=parse_id(message_id, "message_id"),
+            status=InterruptStatus.RESOLVED,
+        )
+        return {str(pk): response for pk, response in answered.values_list("pk", "response")}
+
+    def stop_requested(self, run_ids: Collection[Any]) -> set[uuid.UUID]:
+        """The runs among ``run_ids`` whose stop was requested (from any process): one statement."""
+        ids = [parse_id(run_id, "run_id") for run_id in run_ids]
+        if not ids:
+            return set()
+        return set(Run.objects.filter(pk__in=ids, cancel_requested=True).values_list("pk", flat=True))
+
+    def scope_of(self, conversation_id: Any) -> Scope:
+        """The owner's scope of a conversation (operators, the reaper); NotFound when it does not exist."""
+        row = Conversation.objects.filter(pk=lookup_id(conversation_id)).values_list("tenant", "owner").first()
+        if row is None:
+            raise NotFound("No such conversation.")
+        return Scope(tenant=row[0], user=row[1])
+
+    def dead_turns(self, *, now: datetime | None = None, limit: int = 100) -> list[tuple[Scope, uuid.UUID, uuid.UUID]]:
+        """``(owner scope, conversation id, message id)`` of running turns whose producer is dead, oldest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise Validation("limit must be a whole number, 1 or more.", field="limit")
+        cutoff = (now or timezone.now()) - timedelta(seconds=app_settings.DEAD_AFTER)
+        rows = (
+            TurnSupervision.objects.filter(status=SupervisionStatus.RUNNING, heartbeat_at__lt=cutoff)
+            .order_by("heartbeat_at", "pk")
+            .values_list("conversation__tenant", "conversation__owner", "conversation_id", "message_id")[:limit]
+        )
+        return [(Scope(tenant=tenant, user=owner), pk, message_id) for tenant, owner, pk, message_id in rows]
+
+    # -- after the transaction ------------------------------------------------------------------
+
+    def _plan(self, scope: Scope, pk: uuid.UUID, *, message_id: uuid.UUID, run_id: uuid.UUID, epoch: int,
+              agent_name: str, resumed: bool) -> TurnPlan:
+        """What the runtime needs to drive the run the transition just claimed (read after its commit)."""
+        record = StreamRecording.objects.filter(pk=pk, message_id=message_id).values_list("index", flat=True).first()
+        checkpoint: dict[str, Any] = {}
+        if resumed:
+            state = self.checkpoints.load(pk)
+            checkpoint = state if state.get("message_id") == str(message_id) else {}
+        return TurnPlan(
+            scope=scope,
+            conversation_id=pk,
+            message_id=message_id,
+            run_id=run_id,
+            epoch=epoch,
+            agent_name=agent_name,
+            resumed=resumed,
+            start_index=record or 0,
+            transcript=list(Message.objects.filter(conversation_id=pk).order_by("position")),
+            checkpoint=checkpoint,
+            answers=self.answers(pk, message_id) if resumed else {},
+        )
+
+    abegin = async_twin("begin")
+    acontinue_after_answers = async_twin("continue_after_answers")
+    aresume = async_twin("resume")
+    asuspend = async_twin("suspend")
+    aseal = async_twin("seal")
+    aclose_out = async_twin("close_out")
+    aforce_release = async_twin("force_release")
+    aread_turn = async_twin("read_turn")
+    aanswers = async_twin("answers")
+    astop_requested = async_twin("stop_requested")
+    ascope_of = async_twin("scope_of")
+    adead_turns = async_twin("dead_turns")
