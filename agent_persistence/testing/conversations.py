@@ -7,9 +7,10 @@ Subclass :class:`ConversationStoreContract` in a test module and override
         def make_store(self):
             return MyConversationStore()
 
-The suite reads and arranges rows through the Django models (to force equal
-timestamps, to check that a refused call wrote nothing), so it fits backends
-that keep the models' tables. Race tests run real threads on committed data.
+The suite asserts through the store API only: it arranges data with the other
+stores of the family (:mod:`agent_persistence.testing.family`), freezes the
+clock to get equal or past timestamps, and proves that a refused call wrote
+nothing by reading everything back. Race tests run real threads on committed data.
 """
 
 from __future__ import annotations
@@ -22,24 +23,15 @@ from typing import Any, Callable
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.core.files.base import ContentFile
 
 from ..conf import app_settings
 from ..exceptions import Conflict, ConversationNotOwned, NotFound, StorageLimit, Validation
-from ..models import (
-    AgentCheckpoint,
-    Conversation,
-    Event,
-    Interrupt,
-    Message,
-    Run,
-    StoredFile,
-    Task,
-)
+from ..ids import uuid7
+from ..models import Conversation, Message
 from ..scope import Scope
-from ..stores.conversations import ConversationStore
 from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_threads
+from .family import FamilyContract, count_conversations, frozen_clock, new_run, record_of
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=dt_timezone.utc)
 NOON = datetime(2024, 1, 2, 12, 0, tzinfo=dt_timezone.utc)
@@ -61,17 +53,22 @@ PUBLIC_METHODS = (
 )
 
 
-def snapshot(conversation_id: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """Everything stored for a conversation, to prove a refused call changed nothing."""
-    conversation = Conversation.objects.filter(pk=conversation_id).values().first()
-    messages = list(Message.objects.filter(conversation_id=conversation_id).order_by("position").values())
-    return conversation, messages
+def snapshot(store: Any, conversation_id: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Everything the owner reads of a conversation, to prove a refused call changed nothing."""
+    try:
+        conversation = record_of(store.get(ALICE, conversation_id))
+    except NotFound:
+        return None, []
+    messages = store.list_messages(ALICE, conversation_id, limit=app_settings.MAX_PAGE_SIZE).items
+    return conversation, [record_of(message) for message in messages]
 
 
-def backdate(conversation_id: Any) -> None:
-    """Move updated_at into the past, so a test can see whether a write moves it."""
-    Conversation.objects.filter(pk=conversation_id).update(updated_at=LONG_AGO)
-    Message.objects.filter(conversation_id=conversation_id).update(updated_at=LONG_AGO)
+def message_exists(store: Any, scope: Scope, message: Any) -> bool:
+    try:
+        store.get_message(scope, message.conversation_id, message.id)
+    except NotFound:
+        return False
+    return True
 
 
 def limits(settings: Any, **values: Any) -> None:
@@ -113,21 +110,25 @@ OWNER_ONLY_WRITES: dict[str, Callable[[Any, Scope, Any, Any], Any]] = {
 }
 
 
-class ConversationStoreContract:
+class ConversationStoreContract(FamilyContract):
     """Every rule of the conversation store; see ``docs/reference/stores/conversations.md``."""
 
-    pytestmark = [pytest.mark.django_db]
-
     def make_store(self) -> Any:
-        return ConversationStore()
+        return self.family.conversations
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self, stores: Any) -> Any:
         return self.make_store()
 
     @pytest.fixture
     def conversation(self, store: Any) -> Conversation:
         return store.create(ALICE, agent="helper", title="Plans")
+
+    @pytest.fixture
+    def old_conversation(self, store: Any) -> Conversation:
+        """A conversation written long ago, so a test sees whether a write moves ``updated_at``."""
+        with frozen_clock(LONG_AGO):
+            return store.create(ALICE, agent="helper", title="Plans")
 
     def append(self, store: Any, conversation: Any, content: Any = "hi", **fields: Any) -> Message:
         fields.setdefault("role", "user")
@@ -137,8 +138,8 @@ class ConversationStoreContract:
 
     def test_create_starts_at_version_zero_with_defaults(self, store: Any) -> None:
         created = store.create(ALICE)
-        stored = Conversation.objects.get(pk=created.pk)
-        for conversation in (created, stored, store.get(ALICE, created.id)):
+        stored = store.get(ALICE, created.id)
+        for conversation in (created, stored):
             assert (conversation.tenant, conversation.owner) == ("acme", "alice")
             assert conversation.version == 0
             assert conversation.agent == ""
@@ -176,15 +177,15 @@ class ConversationStoreContract:
             with pytest.raises(Conflict) as caught:
                 store.create(scope, id=first.id, title="mine")
             assert caught.value.code == "conversation_exists"
-        assert Conversation.objects.get(pk=first.pk).title == "theirs"
-        assert Conversation.objects.count() == 1
+        assert store.get(MALLORY, first.id).title == "theirs"
+        assert count_conversations(store) == 1
 
     @pytest.mark.parametrize("bad_id", ["nope", 12, "", uuid.uuid4().hex[:-1]])
     def test_create_with_a_malformed_id_is_invalid_id(self, store: Any, bad_id: Any) -> None:
         with pytest.raises(Validation) as caught:
             store.create(ALICE, id=bad_id)
         assert caught.value.code == "invalid_id"
-        assert not Conversation.objects.exists()
+        assert count_conversations(store) == 0
 
     @pytest.mark.parametrize(
         "fields",
@@ -209,7 +210,7 @@ class ConversationStoreContract:
     def test_create_refuses_bad_input_and_writes_nothing(self, store: Any, fields: dict[str, Any]) -> None:
         with pytest.raises(Validation):
             store.create(ALICE, **fields)
-        assert not Conversation.objects.exists()
+        assert count_conversations(store) == 0
 
     def test_create_refuses_a_state_over_the_limit(self, store: Any, settings: Any) -> None:
         limits(settings, MAX_STATE_BYTES=100)
@@ -217,7 +218,7 @@ class ConversationStoreContract:
         with pytest.raises(StorageLimit) as caught:
             store.create(ALICE, state={"blob": "x" * 200})
         assert caught.value.code == "too_large"
-        assert Conversation.objects.count() == 1
+        assert count_conversations(store) == 1
 
     # -- get ------------------------------------------------------------------------------------
 
@@ -272,8 +273,9 @@ class ConversationStoreContract:
         assert store.list(ALICE).total == 1
 
     def test_list_rows_with_equal_created_at_keep_insertion_order(self, store: Any) -> None:
-        created = [store.create(ALICE) for _ in range(4)]
-        Conversation.objects.filter(pk__in=ids(created)).update(created_at=NOON)
+        with frozen_clock(NOON):
+            created = [store.create(ALICE) for _ in range(4)]
+        assert {conversation.created_at for conversation in store.list(ALICE).items} == {NOON}
         assert ids(store.list(ALICE, order="asc").items) == ids(created)
         assert ids(store.list(ALICE).items) == ids(reversed(created))
         assert ids(store.list(ALICE, limit=3, offset=1, order="asc").items) == ids(created[1:4])
@@ -302,12 +304,12 @@ class ConversationStoreContract:
 
     def test_pinned_mirrors_metadata_pinned_true_on_every_write(self, store: Any) -> None:
         conversation = store.create(ALICE, metadata={"pinned": True})
-        assert Conversation.objects.get(pk=conversation.pk).pinned is True
+        assert store.get(ALICE, conversation.id).pinned is True
         assert store.update(ALICE, conversation.id, metadata={"pinned": 1}).pinned is False
         assert store.update_if(ALICE, conversation.id, 1, metadata={"pinned": True}).pinned is True
         assert store.update(ALICE, conversation.id, title="kept").pinned is True
         assert store.update(ALICE, conversation.id, metadata=None).pinned is False
-        assert Conversation.objects.get(pk=conversation.pk).metadata == {}
+        assert store.get(ALICE, conversation.id).metadata == {}
 
     def test_list_action_due_before_is_earliest_first_inclusive(self, store: Any) -> None:
         late = store.create(ALICE, action_due_at=NOON + timedelta(hours=3))
@@ -348,8 +350,8 @@ class ConversationStoreContract:
 
     # -- update, update_if, share ---------------------------------------------------------------
 
-    def test_update_replaces_the_given_fields_and_bumps_version(self, store: Any, conversation: Conversation) -> None:
-        backdate(conversation.id)
+    def test_update_replaces_the_given_fields_and_bumps_version(self, store: Any, old_conversation: Conversation) -> None:
+        conversation = old_conversation
         updated = store.update(ALICE, conversation.id, title=None, state={"step": 1}, last_turn_status="running")
         assert updated.version == 1
         assert updated.updated_at > LONG_AGO
@@ -358,7 +360,7 @@ class ConversationStoreContract:
         again = store.update(ALICE, conversation.id, agent="other", shared=True, action_due_at=NOON)
         assert (again.version, again.agent, again.shared) == (2, "other", True)
         assert (again.action_due_at, again.state) == (NOON, {"step": 1})
-        stored = Conversation.objects.get(pk=conversation.pk)
+        stored = store.get(ALICE, conversation.id)
         assert (stored.version, stored.updated_at, stored.agent) == (2, again.updated_at, "other")
 
     @pytest.mark.parametrize("status", ["running", "complete", "errored", "cancelled", None])
@@ -382,19 +384,19 @@ class ConversationStoreContract:
     def test_update_refuses_bad_input_and_writes_nothing(
         self, store: Any, conversation: Conversation, changes: dict[str, Any]
     ) -> None:
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         with pytest.raises(Validation):
             store.update(ALICE, conversation.id, **changes)
         with pytest.raises(Validation):
             store.update_if(ALICE, conversation.id, 0, **changes)
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     def test_update_refuses_a_state_over_the_limit(self, store: Any, conversation: Conversation, settings: Any) -> None:
         limits(settings, MAX_STATE_BYTES=100)
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         with pytest.raises(StorageLimit):
             store.update(ALICE, conversation.id, state={"blob": "x" * 200})
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     def test_update_of_an_unknown_conversation_is_not_found(self, store: Any) -> None:
         for missing in (uuid.uuid4(), "nope"):
@@ -406,7 +408,7 @@ class ConversationStoreContract:
         assert (won.version, won.title) == (1, "first")
         assert store.update_if(ALICE, conversation.id, 0, title="stale") is None
         assert store.update_if(ALICE, conversation.id, 7, title="future") is None
-        stored = Conversation.objects.get(pk=conversation.pk)
+        stored = store.get(ALICE, conversation.id)
         assert (stored.version, stored.title) == (1, "first")
         assert store.update_if(ALICE, conversation.id, 1, state={"a": 1}).version == 2
 
@@ -418,13 +420,13 @@ class ConversationStoreContract:
         for outsider in (BOB, MALLORY):
             with pytest.raises(NotFound):
                 store.update_if(outsider, conversation.id, 0, title="x")
-        assert Conversation.objects.get(pk=conversation.pk).version == 0
+        assert store.get(ALICE, conversation.id).version == 0
 
     @pytest.mark.parametrize("version", [-1, "0", True, 1.0, None, 2**63])
     def test_update_if_refuses_a_malformed_version(self, store: Any, conversation: Conversation, version: Any) -> None:
         with pytest.raises(Validation):
             store.update_if(ALICE, conversation.id, version, title="x")
-        assert Conversation.objects.get(pk=conversation.pk).version == 0
+        assert store.get(ALICE, conversation.id).version == 0
 
     def test_share_is_an_update(self, store: Any, conversation: Conversation) -> None:
         shared = store.share(ALICE, conversation.id)
@@ -453,39 +455,56 @@ class ConversationStoreContract:
         message = self.append(store, conversation)
         if shared:
             store.share(ALICE, conversation.id)
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         with pytest.raises(error) as caught:
             OWNER_ONLY_WRITES[operation](store, scope, conversation.id, message.id)
         assert caught.value.code == ("conversation_not_owned" if error is ConversationNotOwned else "not_found")
-        assert snapshot(conversation.id) == before
-        assert Conversation.objects.count() == 1
+        assert snapshot(store, conversation.id) == before
+        assert count_conversations(store) == 1
 
     # -- delete ---------------------------------------------------------------------------------
 
     def test_delete_removes_everything_the_conversation_holds(
-        self, store: Any, conversation: Conversation, django_capture_on_commit_callbacks: Any
+        self, store: Any, stores: Any, conversation: Conversation, django_capture_on_commit_callbacks: Any
     ) -> None:
         other = store.create(ALICE)
         kept = self.append(store, other)
         message = self.append(store, conversation)
-        run = Run.objects.create(conversation_id=conversation.id, message_id=uuid.uuid4())
-        Interrupt.objects.create(run=run, conversation_id=conversation.id)
-        Event.objects.create(conversation_id=conversation.id, seq=1, type="session.status_idle")
-        Task.objects.create(conversation_id=conversation.id, tenant="acme", owner="alice", title="t")
-        AgentCheckpoint.objects.create(conversation_id=conversation.id, state={"k": 1})
-        stored_file = StoredFile(conversation_id=conversation.id, message=message, name="a.txt", size=3)
-        stored_file.content.save("a.txt", ContentFile(b"abc"), save=True)
-        content_name, storage = stored_file.content.name, stored_file.content.storage
-        assert storage.exists(content_name)
+        run = new_run(stores, conversation)
+        interrupt = stores.interrupts.create(ALICE, conversation.id, id=uuid7(), run_id=run.id, kind="generic")
+        stores.events.append(ALICE, conversation.id, [{"type": "session.status_idle"}])
+        task = stores.tasks.create(ALICE, title="t", conversation_id=conversation.id)
+        claim = stores.supervision.claim(ALICE, conversation.id, message_id=uuid.uuid4())
+        stores.checkpoints.save(conversation.id, {"k": 1}, epoch=claim.epoch)
+        stored_file = stores.files.save(
+            ALICE, conversation_id=conversation.id, message_id=message.id, content=b"abc", name="a.txt"
+        )
+        assert stores.content_exists(stored_file)
 
         with django_capture_on_commit_callbacks(execute=True):
             assert store.delete(ALICE, conversation.id) is None
 
-        assert not Conversation.objects.filter(pk=conversation.pk).exists()
-        for model in (Message, Run, Interrupt, Event, Task, AgentCheckpoint, StoredFile):
-            assert not model.objects.filter(conversation_id=conversation.id).exists(), model.__name__
-        assert not storage.exists(content_name)
+        with pytest.raises(NotFound):
+            store.get(ALICE, conversation.id)
+        for read in (
+            lambda: stores.runs.get(ALICE, run.id),
+            lambda: stores.interrupts.get(ALICE, interrupt.id),
+            lambda: stores.tasks.get(ALICE, task.id),
+            lambda: stores.files.get(ALICE, stored_file.id),
+        ):
+            with pytest.raises(NotFound):
+                read()
+        assert not stores.content_exists(stored_file)
+        assert stores.supervision.read(conversation.id) is None and stores.checkpoints.load(conversation.id) == {}
+        # The same id made again holds nothing of the old conversation.
+        store.create(ALICE, id=conversation.id)
+        assert store.list_messages(ALICE, conversation.id).total == 0
+        assert stores.runs.list(ALICE, conversation.id).total == 0
+        assert stores.interrupts.list(ALICE, conversation.id) == []
+        assert stores.events.list(ALICE, conversation.id).events == []
+        assert stores.files.list(ALICE, conversation.id).total == 0
         assert ids(store.list_messages(ALICE, other.id).items) == [kept.id]
+        store.delete(ALICE, conversation.id)
         with pytest.raises(NotFound):
             store.delete(ALICE, conversation.id)
 
@@ -497,9 +516,9 @@ class ConversationStoreContract:
     # -- append_message -------------------------------------------------------------------------
 
     def test_append_hands_out_positions_in_order_and_reads_absent_fields_as_absent(
-        self, store: Any, conversation: Conversation
+        self, store: Any, old_conversation: Conversation
     ) -> None:
-        backdate(conversation.id)
+        conversation = old_conversation
         appended = [self.append(store, conversation, f"m{i}") for i in range(3)]
         assert [message.position for message in appended] == [0, 1, 2]
         for message in (appended[0], store.get_message(ALICE, conversation.id, appended[0].id)):
@@ -508,13 +527,13 @@ class ConversationStoreContract:
             assert message.tool_calls is None and message.files is None and message.usage is None
             assert message.metadata == {} and message.run_id is None
             assert isinstance(message.id, uuid.UUID)
-        stored = Conversation.objects.get(pk=conversation.pk)
+        stored = store.get(ALICE, conversation.id)
         assert stored.version == 0  # messages are not updates of the conversation
         assert stored.updated_at > LONG_AGO
 
-    def test_append_keeps_every_given_field(self, store: Any, conversation: Conversation) -> None:
+    def test_append_keeps_every_given_field(self, store: Any, stores: Any, conversation: Conversation) -> None:
         chosen = uuid.uuid4()
-        run = Run.objects.create(conversation_id=conversation.id, message_id=chosen)
+        run = new_run(stores, conversation, message_id=chosen)
         message = store.append_message(
             ALICE,
             conversation.id,
@@ -545,7 +564,9 @@ class ConversationStoreContract:
         for conversation_id in (absent, "nope"):
             with pytest.raises(NotFound):
                 store.append_message(ALICE, conversation_id, role="assistant", content="late")
-        assert not Conversation.objects.exists() and not Message.objects.exists()
+        assert count_conversations(store) == 0
+        with pytest.raises(NotFound):
+            store.list_messages(ALICE, absent)
 
     def test_append_with_create_makes_the_conversation_once(self, store: Any) -> None:
         new_id = uuid.uuid4()
@@ -565,8 +586,8 @@ class ConversationStoreContract:
         theirs = store.create(MALLORY)
         with pytest.raises(NotFound):
             store.append_message(ALICE, theirs.id, role="user", content="hi", create=True)
-        assert not Message.objects.exists()
-        assert Conversation.objects.get(pk=theirs.pk).tenant == "other" and Conversation.objects.count() == 1
+        assert store.list_messages(MALLORY, theirs.id).total == 0
+        assert store.get(MALLORY, theirs.id).tenant == "other" and count_conversations(store) == 1
 
     def test_assistant_append_never_resurrects_a_deleted_conversation(
         self, store: Any, conversation: Conversation
@@ -575,7 +596,9 @@ class ConversationStoreContract:
         store.delete(ALICE, conversation.id)
         with pytest.raises(NotFound):
             store.append_message(ALICE, conversation.id, role="assistant", content="the answer")
-        assert not Conversation.objects.exists() and not Message.objects.exists()
+        assert count_conversations(store) == 0
+        with pytest.raises(NotFound):
+            store.list_messages(ALICE, conversation.id)
 
     def test_append_with_a_taken_message_id_is_a_conflict_and_keeps_positions_gap_free(
         self, store: Any, conversation: Conversation
@@ -587,7 +610,7 @@ class ConversationStoreContract:
             with pytest.raises(Conflict) as caught:
                 self.append(store, conversation, "dup", id=message_id)
             assert caught.value.code == "message_exists"
-        assert Message.objects.get(pk=foreign.pk).conversation_id == other.id
+        assert store.get_message(ALICE, other.id, foreign.id).conversation_id == other.id
         assert self.append(store, conversation).position == 1
 
     @pytest.mark.parametrize(
@@ -616,30 +639,30 @@ class ConversationStoreContract:
         self, store: Any, conversation: Conversation, fields: dict[str, Any]
     ) -> None:
         self.append(store, conversation)
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         with pytest.raises(Validation):
             self.append(store, conversation, **fields)
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
-    def test_append_refuses_a_run_outside_the_conversation(self, store: Any, conversation: Conversation) -> None:
+    def test_append_refuses_a_run_outside_the_conversation(self, store: Any, stores: Any, conversation: Conversation) -> None:
         other = store.create(ALICE)
-        foreign_run = Run.objects.create(conversation_id=other.id, message_id=uuid.uuid4())
-        before = snapshot(conversation.id)
+        foreign_run = new_run(stores, other)
+        before = snapshot(store, conversation.id)
         for run_id in (foreign_run.id, uuid.uuid4()):
             with pytest.raises(NotFound):
                 self.append(store, conversation, run_id=run_id)
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     def test_append_refuses_a_message_over_the_limit(
         self, store: Any, conversation: Conversation, settings: Any
     ) -> None:
         limits(settings, MAX_MESSAGE_BYTES=200)
         self.append(store, conversation, "x" * 150)
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         for fields in ({"content": "x" * 300}, {"content": "x" * 120, "tool_calls": [{"arguments": "y" * 120}]}):
             with pytest.raises(StorageLimit):
                 self.append(store, conversation, **fields)
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     # -- JSON fidelity --------------------------------------------------------------------------
 
@@ -678,7 +701,7 @@ class ConversationStoreContract:
     )
     def test_nan_and_nul_are_validation_everywhere(self, store: Any, conversation: Conversation, bad: Any) -> None:
         message = self.append(store, conversation)
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         attempts: list[Callable[[], Any]] = [
             lambda: store.create(ALICE, metadata={"v": bad}),
             lambda: store.create(ALICE, state={"v": bad}),
@@ -691,7 +714,7 @@ class ConversationStoreContract:
         for attempt in attempts:
             with pytest.raises(Validation):
                 attempt()
-        assert snapshot(conversation.id) == before and Conversation.objects.count() == 1
+        assert snapshot(store, conversation.id) == before and count_conversations(store) == 1
 
     # -- get_message, list_messages -------------------------------------------------------------
 
@@ -721,8 +744,9 @@ class ConversationStoreContract:
         assert (ids(tail.items), tail.has_more) == ([appended[4].id], False)
 
     def test_messages_with_equal_timestamps_keep_insertion_order(self, store: Any, conversation: Conversation) -> None:
-        appended = [self.append(store, conversation, str(i)) for i in range(4)]
-        Message.objects.filter(conversation_id=conversation.id).update(created_at=NOON, updated_at=NOON)
+        with frozen_clock(NOON):
+            appended = [self.append(store, conversation, str(i)) for i in range(4)]
+        assert {message.created_at for message in store.list_messages(ALICE, conversation.id).items} == {NOON}
         assert ids(store.list_messages(ALICE, conversation.id).items) == ids(appended)
         assert ids(store.list_messages(ALICE, conversation.id, order="desc").items) == ids(reversed(appended))
 
@@ -767,10 +791,9 @@ class ConversationStoreContract:
     # -- update_message, delete_message ---------------------------------------------------------
 
     def test_update_message_moves_only_its_updated_at(self, store: Any, conversation: Conversation) -> None:
-        appended = [self.append(store, conversation, str(i), metadata={"i": i}) for i in range(3)]
-        backdate(conversation.id)
-        before_conversation = Conversation.objects.values().get(pk=conversation.pk)
-        neighbours = snapshot(conversation.id)[1]
+        with frozen_clock(LONG_AGO):
+            appended = [self.append(store, conversation, str(i), metadata={"i": i}) for i in range(3)]
+        before_conversation, neighbours = snapshot(store, conversation.id)
 
         updated = store.update_message(ALICE, conversation.id, appended[1].id, content={"edited": True})
         assert (updated.content, updated.metadata, updated.position) == ({"edited": True}, {"i": 1}, 1)
@@ -778,8 +801,8 @@ class ConversationStoreContract:
         metadata_only = store.update_message(ALICE, conversation.id, appended[1].id, metadata={"seen": 1})
         assert (metadata_only.content, metadata_only.metadata) == ({"edited": True}, {"seen": 1})
 
-        assert Conversation.objects.values().get(pk=conversation.pk) == before_conversation
-        after = snapshot(conversation.id)[1]
+        after_conversation, after = snapshot(store, conversation.id)
+        assert after_conversation == before_conversation
         assert [row for row in after if row["id"] != appended[1].id] == [
             row for row in neighbours if row["id"] != appended[1].id
         ]
@@ -793,27 +816,28 @@ class ConversationStoreContract:
         for missing in (foreign.id, uuid.uuid4(), "nope"):
             with pytest.raises(NotFound):
                 store.update_message(ALICE, conversation.id, missing, content="x")
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         with pytest.raises(Validation):
             store.update_message(ALICE, conversation.id, message.id, metadata="x")
         limits(settings, MAX_MESSAGE_BYTES=200)
         with pytest.raises(StorageLimit):
             store.update_message(ALICE, conversation.id, message.id, content="x" * 150)  # with its tool calls
-        assert snapshot(conversation.id) == before
-        assert Message.objects.get(pk=foreign.pk).content == "hi"
+        assert snapshot(store, conversation.id) == before
+        assert store.get_message(ALICE, foreign.conversation_id, foreign.id).content == "hi"
 
-    def test_delete_message_keeps_its_files(self, store: Any, conversation: Conversation) -> None:
+    def test_delete_message_keeps_its_files(self, store: Any, stores: Any, conversation: Conversation) -> None:
         first, second = self.append(store, conversation), self.append(store, conversation)
-        stored_file = StoredFile(conversation_id=conversation.id, message=first, name="a.txt", size=3)
-        stored_file.content.save("a.txt", ContentFile(b"abc"), save=True)
+        stored_file = stores.files.save(
+            ALICE, conversation_id=conversation.id, message_id=first.id, content=b"abc", name="a.txt"
+        )
         assert store.delete_message(ALICE, conversation.id, first.id) is None
         assert ids(store.list_messages(ALICE, conversation.id).items) == [second.id]
-        kept = StoredFile.objects.get(pk=stored_file.pk)
-        assert kept.message_id is None and kept.content.storage.exists(kept.content.name)
+        kept = stores.files.get(ALICE, stored_file.id)
+        assert kept.message_id is None and stores.files.read(ALICE, stored_file.id) == b"abc"
         for missing in (first.id, uuid.uuid4(), "nope"):
             with pytest.raises(NotFound):
                 store.delete_message(ALICE, conversation.id, missing)
-        assert Conversation.objects.get(pk=conversation.pk).version == 0
+        assert store.get(ALICE, conversation.id).version == 0
 
     def test_a_message_of_another_conversation_cannot_be_deleted_through_this_one(
         self, store: Any, conversation: Conversation
@@ -821,7 +845,7 @@ class ConversationStoreContract:
         foreign = self.append(store, store.create(ALICE))
         with pytest.raises(NotFound):
             store.delete_message(ALICE, conversation.id, foreign.id)
-        assert Message.objects.filter(pk=foreign.pk).exists()
+        assert message_exists(store, ALICE, foreign)
 
     # -- merge_messages -------------------------------------------------------------------------
 
@@ -844,7 +868,7 @@ class ConversationStoreContract:
         expected = [(u1.id, "u1!"), (a1.id, "a1"), (u2.id, "u2!")]
         assert [(message.id, message.content) for message in merged] == expected
         assert self.transcript(store, conversation) == expected
-        assert not Message.objects.filter(pk=a2.pk).exists()
+        assert not message_exists(store, ALICE, a2)
 
     def test_merge_replaces_known_ids_and_appends_new_ones_after_the_cutoff(
         self, store: Any, conversation: Conversation
@@ -866,7 +890,7 @@ class ConversationStoreContract:
         assert (replaced.metadata, replaced.name, replaced.position) == ({"v": 2}, "helper", 1)
         positions = [message.position for message in merged]
         assert positions == sorted(positions) and len(set(positions)) == 4
-        assert not Message.objects.filter(pk__in=[u2.id, a2.id]).exists()
+        assert not message_exists(store, ALICE, u2) and not message_exists(store, ALICE, a2)
 
     def test_merge_without_known_ids_keeps_history_and_appends(self, store: Any, conversation: Conversation) -> None:
         stored = self.stored_turns(store, conversation)
@@ -876,17 +900,17 @@ class ConversationStoreContract:
         assert ids(merged)[:4] == ids(stored)
 
     def test_merge_of_an_empty_list_never_deletes_history(self, store: Any, conversation: Conversation) -> None:
-        stored = self.stored_turns(store, conversation)
-        backdate(conversation.id)
-        before = snapshot(conversation.id)
+        with frozen_clock(LONG_AGO):
+            stored = self.stored_turns(store, conversation)
+        before = snapshot(store, conversation.id)
         assert ids(store.merge_messages(ALICE, conversation.id, [])) == ids(stored)
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     def test_merge_with_create_makes_the_conversation_and_without_is_not_found(self, store: Any) -> None:
         absent = uuid.uuid4()
         with pytest.raises(NotFound):
             store.merge_messages(ALICE, absent, [{"role": "user", "content": "hi"}])
-        assert not Conversation.objects.exists() and not Message.objects.exists()
+        assert count_conversations(store) == 0
         merged = store.merge_messages(ALICE, absent, [{"role": "user", "content": "hi"}], create=True, agent="helper")
         assert [message.content for message in merged] == ["hi"]
         conversation = store.get(ALICE, absent)
@@ -898,7 +922,7 @@ class ConversationStoreContract:
     def test_merge_is_all_or_nothing(self, store: Any, conversation: Conversation) -> None:
         u1, a1, u2, a2 = self.stored_turns(store, conversation)
         foreign = self.append(store, store.create(ALICE))
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         # The cutoff (u1) would drop a1..a2 and the edit would land, but a taken id undoes it all.
         with pytest.raises(Conflict) as caught:
             store.merge_messages(
@@ -910,7 +934,7 @@ class ConversationStoreContract:
                 ],
             )
         assert caught.value.code == "message_exists"
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     @pytest.mark.parametrize(
         "messages",
@@ -927,21 +951,21 @@ class ConversationStoreContract:
         self, store: Any, conversation: Conversation, messages: Any
     ) -> None:
         self.stored_turns(store, conversation)
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         with pytest.raises(Validation):
             store.merge_messages(ALICE, conversation.id, messages)
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     def test_merge_refuses_a_repeated_id(self, store: Any, conversation: Conversation) -> None:
         u1 = self.append(store, conversation)
-        before = snapshot(conversation.id)
+        before = snapshot(store, conversation.id)
         with pytest.raises(Validation):
             store.merge_messages(
                 ALICE,
                 conversation.id,
                 [{"id": u1.id, "role": "user", "content": "a"}, {"id": str(u1.id), "role": "user", "content": "b"}],
             )
-        assert snapshot(conversation.id) == before
+        assert snapshot(store, conversation.id) == before
 
     # -- version --------------------------------------------------------------------------------
 
@@ -950,7 +974,7 @@ class ConversationStoreContract:
         store.update_message(ALICE, conversation.id, message.id, content="edited")
         store.merge_messages(ALICE, conversation.id, [{"role": "user", "content": "more"}])
         store.delete_message(ALICE, conversation.id, message.id)
-        assert Conversation.objects.get(pk=conversation.pk).version == 0
+        assert store.get(ALICE, conversation.id).version == 0
         assert store.update(ALICE, conversation.id, title="t").version == 1
 
     # -- async twins ----------------------------------------------------------------------------
@@ -991,7 +1015,7 @@ class ConversationStoreContract:
             assert not [outcome for outcome in outcomes if isinstance(outcome, BaseException)], outcomes
             winners = [outcome for outcome in outcomes if outcome is not None]
             assert len(winners) == 1, f"round {number}: {len(winners)} winners"
-            stored = Conversation.objects.get(pk=conversation.pk)
+            stored = store.get(ALICE, conversation.id)
             assert (stored.version, stored.title) == winners[0] == (1, winners[0][1])
 
     @pytest.mark.django_db(transaction=True)
@@ -1016,12 +1040,11 @@ class ConversationStoreContract:
         assert not [result for result in results if isinstance(result, BaseException)]
         errors = [outcome for result in results for outcome in result if isinstance(outcome, BaseException)]
         assert not errors, errors
-        assert Conversation.objects.filter(pk__in=new_ids).count() == rounds
+        assert count_conversations(store) == rounds
         for number, conversation_id in enumerate(new_ids):
-            messages = list(Message.objects.filter(conversation_id=conversation_id).order_by("position"))
+            messages = store.list_messages(ALICE, conversation_id).items
             assert [message.position for message in messages] == list(range(writers))
             assert {message.id for message in messages} == {result[number] for result in results}
-            assert Conversation.objects.get(pk=conversation_id).next_position == writers
 
     @pytest.mark.django_db(transaction=True)
     def test_concurrent_appends_get_positions_zero_to_n_minus_one(self, store: Any) -> None:
@@ -1035,10 +1058,10 @@ class ConversationStoreContract:
         assert not [result for result in results if isinstance(result, BaseException)], results
         for positions in results:
             assert positions == sorted(positions)  # each writer's own appends keep their order
-        stored = list(Message.objects.filter(conversation_id=conversation.id).values_list("position", flat=True))
+        stored = [message.position for message in store.list_messages(ALICE, conversation.id).items]
         assert sorted(stored) == list(range(writers * per_writer))
-        assert store.list_messages(ALICE, conversation.id).total == writers * per_writer
-        assert Conversation.objects.get(pk=conversation.pk).version == 0
+        assert len(stored) == writers * per_writer
+        assert store.get(ALICE, conversation.id).version == 0
 
     @pytest.mark.django_db(transaction=True)
     def test_an_assistant_append_racing_a_delete_never_leaves_a_conversation_behind(self, store: Any) -> None:
@@ -1054,5 +1077,8 @@ class ConversationStoreContract:
             deleted, appended = run_in_threads(2, race)
             assert deleted is None
             assert isinstance(appended, (Message, NotFound)), appended
-            assert not Conversation.objects.filter(pk=conversation.pk).exists()
-            assert not Message.objects.filter(conversation_id=conversation.pk).exists()
+            with pytest.raises(NotFound):
+                store.get(ALICE, conversation.id)
+            # Had the append slipped in after the delete, the id would hold its message.
+            with pytest.raises(NotFound):
+                store.list_messages(ALICE, conversation.id)

@@ -1,0 +1,389 @@
+"""The in-memory conversation store: the rules of :class:`~agent_persistence.stores.conversations.ConversationStore`.
+
+Input is cleaned by the ORM store's own functions, before the family's lock
+is taken; each operation then reads, decides and writes under the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from ...exceptions import Conflict, NotFound
+from ...ids import uuid7
+from ...models import Conversation, Message
+from ...scope import Scope
+from ..base import (
+    UNSET,
+    Page,
+    async_twin,
+    check_scope,
+    clean_datetime,
+    clean_json,
+    clean_object,
+    clean_order,
+    clean_paging,
+    clean_text,
+    lookup_id,
+    parse_id,
+)
+from ..conversations import (
+    MessageInput,
+    _max_length,
+    check_message_size,
+    clean_agent,
+    clean_conversation_changes,
+    clean_flag,
+    clean_incoming_messages,
+    clean_message,
+    clean_version,
+    conversation_pk,
+)
+from .database import DEFAULT_DATABASE, MemoryDatabase, clone
+
+UPDATE_IF_FIELDS = frozenset({"title", "metadata", "state", "agent", "shared", "action_due_at", "last_turn_status"})
+
+
+def page_of(rows: list[Any], limit: int, offset: int) -> Page[Any]:
+    """One page of already ordered records, copied."""
+    return Page(items=[clone(row) for row in rows[offset : offset + limit]], total=len(rows), limit=limit, offset=offset)
+
+
+class MemoryConversationStore:
+    """Conversations and messages in a :class:`MemoryDatabase`; see ``docs/reference/stores/conversations.md``."""
+
+    def __init__(self, database: MemoryDatabase | None = None) -> None:
+        self.db = database or DEFAULT_DATABASE
+
+    # -- conversations ------------------------------------------------------------------------
+
+    def create(
+        self,
+        scope: Scope,
+        *,
+        id: Any = None,
+        agent: Any = "",
+        title: Any = None,
+        metadata: Any = None,
+        state: Any = None,
+        shared: Any = False,
+        action_due_at: Any = None,
+    ) -> Conversation:
+        check_scope(scope)
+        pk = uuid7() if id is None else parse_id(id, "id")
+        fields = clean_conversation_changes(
+            agent=agent, title=title, metadata=metadata, state=state, shared=shared, action_due_at=action_due_at
+        )
+        now = timezone.now()
+        conversation = Conversation(
+            id=pk, tenant=scope.tenant, owner=scope.user, version=0, created_at=now, updated_at=now, **fields
+        )
+        with self.db.lock:
+            if pk in self.db.conversations:
+                raise Conflict("A conversation with this id already exists.", code="conversation_exists")
+            self.db.conversations[pk] = conversation
+            return clone(conversation)
+
+    def get(self, scope: Scope, conversation_id: Any) -> Conversation:
+        with self.db.lock:
+            return clone(self.db.readable_conversation(scope, conversation_id))
+
+    def list(
+        self,
+        scope: Scope,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "desc",
+        agent: Any = None,
+        pinned_first: Any = False,
+        action_due_before: Any = None,
+    ) -> Page[Conversation]:
+        check_scope(scope)
+        limit, offset = clean_paging(limit, offset)
+        order = clean_order(order, "desc")
+        pinned_first = clean_flag(pinned_first, "pinned_first")
+        agent_name = None if agent is None else clean_agent(agent)
+        due = None if action_due_before is None else clean_datetime(action_due_before, "action_due_before")
+        with self.db.lock:
+            rows = [
+                row
+                for row in self.db.conversations.values()
+                if row.tenant == scope.tenant and row.owner == scope.user and (agent_name is None or row.agent == agent_name)
+            ]
+            if action_due_before is not None:
+                rows = [row for row in rows if row.action_due_at is not None and row.action_due_at <= due]
+                rows.sort(key=lambda row: (row.action_due_at, row.created_at, row.pk))
+            else:
+                rows.sort(key=lambda row: (row.created_at, row.pk), reverse=order == "desc")
+            if pinned_first:
+                rows.sort(key=lambda row: not row.pinned)  # stable: keeps the order within each group
+            return page_of(rows, limit, offset)
+
+    def update(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        title: Any = UNSET,
+        metadata: Any = UNSET,
+        state: Any = UNSET,
+        agent: Any = UNSET,
+        shared: Any = UNSET,
+        action_due_at: Any = UNSET,
+        last_turn_status: Any = UNSET,
+    ) -> Conversation:
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        changes = clean_conversation_changes(
+            title=title,
+            metadata=metadata,
+            state=state,
+            agent=agent,
+            shared=shared,
+            action_due_at=action_due_at,
+            last_turn_status=last_turn_status,
+        )
+        with self.db.lock:
+            conversation = self.db.writable_conversation(scope, pk)
+            self._write(conversation, changes)
+            return clone(conversation)
+
+    def update_if(self, scope: Scope, conversation_id: Any, version: Any, **changes: Any) -> Conversation | None:
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        version = clean_version(version)
+        unknown = set(changes) - UPDATE_IF_FIELDS
+        if unknown:
+            raise TypeError(f"update_if() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+        cleaned = clean_conversation_changes(**changes)
+        with self.db.lock:
+            conversation = self.db.writable_conversation(scope, pk)
+            if conversation.version != version:
+                return None
+            self._write(conversation, cleaned)
+            return clone(conversation)
+
+    def _write(self, conversation: Conversation, changes: dict[str, Any]) -> None:
+        for name, value in changes.items():
+            setattr(conversation, name, value)
+        conversation.version += 1
+        conversation.updated_at = timezone.now()
+
+    def delete(self, scope: Scope, conversation_id: Any) -> None:
+        with self.db.lock:
+            conversation = self.db.writable_conversation(scope, conversation_id)
+            self.db.delete_conversation(conversation.pk)
+
+    def share(self, scope: Scope, conversation_id: Any, shared: Any = True) -> Conversation:
+        return self.update(scope, conversation_id, shared=shared)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def append_message(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        role: Any,
+        content: Any,
+        id: Any = None,
+        name: Any = None,
+        tool_call_id: Any = None,
+        tool_calls: Any = None,
+        files: Any = None,
+        metadata: Any = None,
+        usage: Any = None,
+        run_id: Any = None,
+        create: Any = False,
+        agent: Any = "",
+        title: Any = None,
+    ) -> Message:
+        check_scope(scope)
+        create = clean_flag(create, "create")
+        pk = conversation_pk(conversation_id, create=create)
+        message = clean_message(
+            role=role,
+            content=content,
+            id=id,
+            name=name,
+            tool_call_id=tool_call_id,
+            tool_calls=tool_calls,
+            files=files,
+            metadata=metadata,
+            usage=usage,
+            run_id=run_id,
+        )
+        agent = clean_agent(agent)
+        title = clean_text(title, "title", max_length=_max_length(Conversation, "title"), null=True)
+        now = timezone.now()
+        with self.db.lock:
+            with self._created_if_absent(scope, pk, create, agent=agent, title=title, now=now):
+                conversation = self.db.writable_conversation(scope, pk)
+                self._check_new_messages(pk, [message])
+            row = self._insert(conversation, message, now)
+            conversation.updated_at = now
+            return clone(row)
+
+    @contextlib.contextmanager
+    def _created_if_absent(
+        self, scope: Scope, pk: uuid.UUID, create: bool, *, agent: str, title: str | None, now: datetime
+    ) -> Iterator[None]:
+        """With ``create``, insert the conversation if no row has its id; a refusal inside takes it back."""
+        created = create and pk not in self.db.conversations
+        if created:
+            self.db.conversations[pk] = Conversation(
+                id=pk, tenant=scope.tenant, owner=scope.user, agent=agent, title=title, created_at=now, updated_at=now
+            )
+        try:
+            yield
+        except BaseException:
+            if created:
+                del self.db.conversations[pk]
+            raise
+
+    def _check_new_messages(self, pk: uuid.UUID, messages: list[MessageInput], *, merged_into: bool = False) -> None:
+        """Refuse runs outside the conversation and ids held elsewhere, before anything is written."""
+        wanted = {message.run_id for message in messages if message.run_id is not None}
+        for run_id in wanted:
+            run = self.db.runs.get(run_id)
+            if run is None or run.conversation_id != pk:
+                raise NotFound("No such run in this conversation.", field="run_id")
+        for message in messages:
+            stored = self.db.messages.get(message.id)
+            if stored is not None and not (merged_into and stored.conversation_id == pk):
+                raise Conflict("A message with this id already exists.", code="message_exists", id=str(message.id))
+
+    def _insert(self, conversation: Conversation, message: MessageInput, now: datetime) -> Message:
+        row = Message(
+            id=message.id,
+            conversation_id=conversation.pk,
+            position=conversation.next_position,
+            run_id=message.run_id,
+            created_at=now,
+            updated_at=now,
+            **message.fields,
+        )
+        conversation.next_position += 1
+        self.db.messages[row.pk] = row
+        return row
+
+    def _transcript(self, pk: uuid.UUID) -> list[Message]:
+        return sorted((row for row in self.db.messages.values() if row.conversation_id == pk), key=lambda row: row.position)
+
+    def _message_of(self, pk: uuid.UUID, message_id: Any) -> Message:
+        message = self.db.messages.get(lookup_id(message_id, "message"))
+        if message is None or message.conversation_id != pk:
+            raise NotFound("No such message.")
+        return message
+
+    def get_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> Message:
+        with self.db.lock:
+            conversation = self.db.readable_conversation(scope, conversation_id)
+            return clone(self._message_of(conversation.pk, message_id))
+
+    def list_messages(
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        *,
+        limit: Any = None,
+        offset: Any = 0,
+        order: Any = "asc",
+        before: Any = None,
+        after: Any = None,
+    ) -> Page[Message]:
+        limit, offset = clean_paging(limit, offset)
+        order = clean_order(order, "asc")
+        with self.db.lock:
+            conversation = self.db.readable_conversation(scope, conversation_id)
+            rows = self._transcript(conversation.pk)
+            if before is not None:
+                cursor = self._message_of(conversation.pk, before).position
+                rows = [row for row in rows if row.position < cursor]
+            if after is not None:
+                cursor = self._message_of(conversation.pk, after).position
+                rows = [row for row in rows if row.position > cursor]
+            if order == "desc":
+                rows.reverse()
+            return page_of(rows, limit, offset)
+
+    def update_message(
+        self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = UNSET, metadata: Any = UNSET
+    ) -> Message:
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        changes: dict[str, Any] = {}
+        if content is not UNSET:
+            changes["content"] = clean_json(content, "content")
+        if metadata is not UNSET:
+            changes["metadata"] = clean_object(metadata, "metadata")
+        with self.db.lock:
+            self.db.writable_conversation(scope, pk)
+            message = self._message_of(pk, message_id)
+            if "content" in changes:
+                check_message_size(changes["content"], message.tool_calls)
+            for name, value in changes.items():
+                setattr(message, name, value)
+            message.updated_at = timezone.now()
+            return clone(message)
+
+    def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        with self.db.lock:
+            self.db.writable_conversation(scope, pk)
+            self.db.delete_message(self._message_of(pk, message_id).pk)
+
+    def merge_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        check_scope(scope)
+        create = clean_flag(create, "create")
+        pk = conversation_pk(conversation_id, create=create)
+        incoming = clean_incoming_messages(messages)
+        agent = clean_agent(agent)
+        now = timezone.now()
+        with self.db.lock:
+            with self._created_if_absent(scope, pk, create, agent=agent, title=None, now=now):
+                conversation = self.db.writable_conversation(scope, pk)
+                self._check_new_messages(pk, incoming, merged_into=True)
+            if not incoming:
+                return [clone(row) for row in self._transcript(pk)]
+            stored = {row.pk: row for row in self._transcript(pk)}
+            cutoff = next((message.id for message in reversed(incoming) if message.id in stored), None)
+            if cutoff is not None:
+                for row in list(stored.values()):
+                    if row.position > stored[cutoff].position:
+                        self.db.delete_message(row.pk)
+                        del stored[row.pk]
+            for message in incoming:
+                row = stored.get(message.id)
+                if row is not None:
+                    for name, value in message.fields.items():
+                        setattr(row, name, value)
+                    row.run_id, row.updated_at = message.run_id, now
+                else:
+                    self._insert(conversation, message, now)
+            conversation.updated_at = now
+            return [clone(row) for row in self._transcript(pk)]
+
+    acreate = async_twin("create")
+    aget = async_twin("get")
+    alist = async_twin("list")
+    aupdate = async_twin("update")
+    aupdate_if = async_twin("update_if")
+    adelete = async_twin("delete")
+    ashare = async_twin("share")
+    aappend_message = async_twin("append_message")
+    aget_message = async_twin("get_message")
+    alist_messages = async_twin("list_messages")
+    aupdate_message = async_twin("update_message")
+    adelete_message = async_twin("delete_message")
+    amerge_messages = async_twin("merge_messages")
+

@@ -1,0 +1,238 @@
+"""The family of stores a contract suite runs against, and the helpers that arrange data through them.
+
+A contract suite tests one store, but it arranges its fixtures (a run, a
+claim at some epoch, a heartbeat in the past) through the other stores of the
+same family, never through the models: that is what lets a backend without
+tables (the in-memory one) run the very same suite. Override ``make_stores()``
+in a subclass to run a suite against another family::
+
+    from agent_persistence.stores.memory import memory_family
+    from agent_persistence.testing.runs import RunStoreContract
+
+    class TestMemoryRunStore(RunStoreContract):
+        def make_stores(self):
+            return memory_family()
+
+The helpers below use store calls only (and a frozen clock where a test needs
+equal or past timestamps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.apps import apps
+from django.db.models import DateTimeField
+from django.utils import timezone
+
+from ..ids import uuid7
+from ..statuses import SupervisionStatus
+from ..scope import Scope
+from .actors import ALICE, BOB, MALLORY
+from .concurrency import run_in_processes, run_in_threads
+
+
+@dataclass
+class Stores:
+    """One instance of every store of a backend family; they share whatever state the family keeps.
+
+    ``across_processes`` says whether the family's state is shared by forked
+    processes (a database is; a process's memory is not): race tests that need
+    several processes run their workers as threads when it is False.
+    ``content_exists`` tells whether a file record's content is still stored.
+    """
+
+    conversations: Any
+    events: Any
+    leases: Any
+    files: Any
+    tasks: Any
+    runs: Any
+    interrupts: Any
+    supervision: Any
+    recordings: Any
+    checkpoints: Any
+    across_processes: bool = True
+    content_exists: Callable[[Any], bool] | None = None
+
+    def run_in_processes(self, count: int, target: Callable[[int], Any], *, timeout: float = 120.0) -> list[Any]:
+        """``target(i)`` in ``count`` OS processes, or threads when the family lives in one process's memory."""
+        if self.across_processes:
+            return run_in_processes(count, target, timeout=timeout)
+        return run_in_threads(count, target, timeout=timeout)
+
+
+def _content_in_storage(record: Any) -> bool:
+    return bool(record.content.name) and record.content.storage.exists(record.content.name)
+
+
+def orm_stores() -> Stores:
+    """The Django ORM family (the shipped defaults)."""
+    from ..stores.checkpoints import CheckpointStore
+    from ..stores.conversations import ConversationStore
+    from ..stores.events import EventStore
+    from ..stores.files import FileStore
+    from ..stores.interrupts import InterruptStore
+    from ..stores.leases import LeaseStore
+    from ..stores.recordings import RecordingStore
+    from ..stores.runs import RunStore
+    from ..stores.supervision import SupervisionStore
+    from ..stores.tasks import TaskStore
+
+    return Stores(
+        conversations=ConversationStore(),
+        events=EventStore(),
+        leases=LeaseStore(),
+        files=FileStore(),
+        tasks=TaskStore(),
+        runs=RunStore(),
+        interrupts=InterruptStore(),
+        supervision=SupervisionStore(),
+        recordings=RecordingStore(),
+        checkpoints=CheckpointStore(),
+        across_processes=True,
+        content_exists=_content_in_storage,
+    )
+
+
+class FamilyContract:
+    """The base of every contract suite: a ``stores`` fixture built by ``make_stores()``.
+
+    The suite's own store is ``make_store()``, by default the family's store
+    of that concern; override either.
+    """
+
+    pytestmark = [pytest.mark.django_db]
+
+    family: Stores
+
+    def make_stores(self) -> Stores:
+        return orm_stores()
+
+    @pytest.fixture(autouse=True)
+    def stores(self) -> Stores:
+        self.family = self.make_stores()
+        return self.family
+
+
+# -- time ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def frozen_clock(moment: datetime) -> Iterator[None]:
+    """Make ``django.utils.timezone.now()`` return ``moment``, for the stores and the models' defaults.
+
+    Rows written meanwhile carry that instant: equal timestamps (to check the
+    tie-breaks of an ordering) or past ones (to see whether a write moves them).
+    """
+    real_now = timezone.now
+    fields = [
+        field
+        for model in apps.get_app_config("agent_persistence").get_models()
+        for field in model._meta.concrete_fields
+        if isinstance(field, DateTimeField) and field.default is real_now
+    ]
+
+    def fake_now() -> datetime:
+        return moment
+
+    def point_defaults(to: Callable[[], datetime]) -> None:
+        for field in fields:
+            field.default = to
+            field.__dict__.pop("_get_default", None)  # a cached_property over ``default``
+
+    point_defaults(fake_now)
+    try:
+        with mock.patch("django.utils.timezone.now", fake_now):
+            yield
+    finally:
+        point_defaults(real_now)
+
+
+# -- reading back -------------------------------------------------------------------------------
+
+
+def record_of(instance: Any) -> dict[str, Any]:
+    """Every stored field of a store's return value, as a dict (a file field by its name)."""
+    values = {}
+    for field in instance._meta.concrete_fields:
+        value = getattr(instance, field.attname)
+        values[field.attname] = getattr(value, "name", value) if field.get_internal_type() == "FileField" else value
+    return values
+
+
+def count_conversations(store: Any, scopes: tuple[Scope, ...] = (ALICE, BOB, MALLORY)) -> int:
+    """How many conversations the contract actors own, through ``list``."""
+    return sum(store.list(scope, limit=1).total for scope in scopes)
+
+
+# -- arranging ----------------------------------------------------------------------------------
+
+
+def new_conversation(stores: Stores, owner: Scope = ALICE, *, shared: bool = False, **fields: Any) -> Any:
+    return stores.conversations.create(owner, shared=shared, **fields)
+
+
+def new_run(stores: Stores, conversation: Any, *, owner: Scope = ALICE, message_id: Any = None, **fields: Any) -> Any:
+    """A running run of the conversation (its own turn unless ``message_id`` is given)."""
+    return stores.runs.create_or_resume(
+        owner, conversation.id, id=uuid7(), message_id=message_id or uuid7(), **fields
+    )
+
+
+def claim_at(stores: Stores, conversation: Any, epoch: int, *, message_id: Any = None, heartbeat_at: Any = None) -> int:
+    """Make ``epoch`` hold the conversation's running turn (a fresh heartbeat unless one is given).
+
+    Written with ``compare_and_swap`` against whatever row is there, so it
+    works at any epoch above the conversation's; returns ``epoch``.
+    """
+    current = stores.supervision.read(conversation.id)
+    written = stores.supervision.compare_and_swap(
+        conversation.id,
+        None if current is None else current.epoch,
+        status=SupervisionStatus.RUNNING.value,
+        message_id=message_id or uuid.uuid4(),
+        epoch=epoch,
+        heartbeat_at=heartbeat_at,
+    )
+    assert written, f"could not claim epoch {epoch}"
+    return epoch
+
+
+
+def memory_stores(database: Any = None) -> Stores:
+    """The in-memory family (:mod:`agent_persistence.stores.memory`), on a fresh database unless one is given."""
+    from ..stores.memory.checkpoints import MemoryCheckpointStore
+    from ..stores.memory.conversations import MemoryConversationStore
+    from ..stores.memory.database import MemoryDatabase
+    from ..stores.memory.events import MemoryEventStore
+    from ..stores.memory.files import MemoryFileStore
+    from ..stores.memory.interrupts import MemoryInterruptStore
+    from ..stores.memory.leases import MemoryLeaseStore
+    from ..stores.memory.recordings import MemoryRecordingStore
+    from ..stores.memory.runs import MemoryRunStore
+    from ..stores.memory.supervision import MemorySupervisionStore
+    from ..stores.memory.tasks import MemoryTaskStore
+
+    db = database if database is not None else MemoryDatabase()
+    return Stores(
+        conversations=MemoryConversationStore(db),
+        events=MemoryEventStore(db),
+        leases=MemoryLeaseStore(db),
+        files=MemoryFileStore(db),
+        tasks=MemoryTaskStore(db),
+        runs=MemoryRunStore(db),
+        interrupts=MemoryInterruptStore(db),
+        supervision=MemorySupervisionStore(db),
+        recordings=MemoryRecordingStore(db),
+        checkpoints=MemoryCheckpointStore(db),
+        across_processes=False,
+        content_exists=lambda record: record.pk in db.file_contents,
+    )

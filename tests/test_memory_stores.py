@@ -1,0 +1,31 @@
+"""Every contract suite against the in-memory store family, with the database blocked.
+
+Each class runs one shipped suite on a fresh :class:`MemoryDatabase`; an
+autouse fixture blocks database access, so a memory store that fell back to
+the ORM would fail here rather than pass quietly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_persistence.testing.conversations import ConversationStoreContract
+from agent_persistence.testing.family import Stores, memory_stores
+
+
+class MemoryFamily:
+    """Run the suite on the in-memory family, with no database."""
+
+    def make_stores(self) -> Stores:
+        return memory_stores()
+
+    @pytest.fixture(autouse=True)
+    def no_database(self, stores: Any, django_db_blocker: Any) -> Any:
+        with django_db_blocker.block():
+            yield
+
+
+class TestMemoryConversationStore(MemoryFamily, ConversationStoreContract):
+    pass
