@@ -4,19 +4,42 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .. import json_policy
 from ..conf import app_settings
 from ..exceptions import Validation
 from ..stores.base import Page
 
 
+#: Query parameters are whole numbers of at most this many characters (sign included): past
+#: it a value is out of every range below, and converting it would cost more than it is worth.
+MAX_INT_PARAM_LENGTH = 20
+
+
 def int_param(request: Any, name: str, default: int | None) -> int | None:
+    """A whole-number query parameter within the signed 64-bit range, else 400 ``invalid_parameter``.
+
+    The store checks the narrower range of each parameter (``offset`` 0 or
+    more, ``limit`` up to ``MAX_PAGE_SIZE``); this keeps a number no column or
+    ``OFFSET`` can hold from reaching it.
+    """
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise Validation(f"{name} must be a whole number.", code="invalid_parameter", field=name) from None
+    value: int | None = None
+    if len(raw) <= MAX_INT_PARAM_LENGTH and raw.strip() == raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = None
+    if value is None:
+        raise Validation(f"{name} must be a whole number.", code="invalid_parameter", field=name)
+    if not json_policy.MIN_INTEGER <= value <= json_policy.MAX_INTEGER:
+        raise Validation(
+            f"{name} must be a whole number from {json_policy.MIN_INTEGER} to {json_policy.MAX_INTEGER}.",
+            code="invalid_parameter",
+            field=name,
+        )
+    return value
 
 
 def paging(request: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.db.models import Q
 
+from .. import json_policy
 from ..conf import app_settings
 from ..exceptions import ConversationNotOwned, NotFound, StorageLimit, Validation
 from ..models import Conversation
@@ -79,34 +80,25 @@ def lookup_id(value: Any, what: str = "conversation") -> uuid.UUID:
         raise NotFound(f"No such {what}.") from None
 
 
-def _check_no_nul(value: Any, field_name: str) -> None:
-    # PostgreSQL refuses NUL in text and jsonb; refuse it on every backend alike.
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise Validation(f"{field_name} may not contain NUL characters.", field=field_name)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_no_nul(key, field_name)
-            _check_no_nul(item, field_name)
-    elif isinstance(value, list):
-        for item in value:
-            _check_no_nul(item, field_name)
-
-
 def clean_json(value: Any, field_name: str, *, max_bytes: int | None = None) -> Any:
     """What ``json.loads(json.dumps(value))`` gives: dates become ISO text, tuples lists.
 
-    Values JSON cannot hold (NaN, sets, objects) are Validation; a value whose
-    JSON is larger than ``max_bytes`` is StorageLimit.
+    The value is checked by the JSON policy first (:func:`agent_persistence.json_policy.check`:
+    no NUL or lone surrogate, integers within 64 bits, finite numbers, nesting
+    within ``JSON_MAX_DEPTH``), and so is what the encoder made of it. Values
+    JSON cannot hold (NaN, sets, objects) are Validation; a value whose JSON is
+    larger than ``max_bytes`` is StorageLimit.
     """
+    json_policy.check(value, field_name)
     try:
         text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise Validation(f"{field_name} is not JSON: {exc}.", field=field_name) from None
-    if max_bytes is not None and len(text.encode()) > max_bytes:
+    if max_bytes is not None and len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise StorageLimit(f"{field_name} is larger than {max_bytes} bytes.", field=field_name, limit=max_bytes)
     cleaned = json.loads(text)
-    _check_no_nul(cleaned, field_name)
+    # The encoder may have made text of other types (a str subclass's __str__, a lazy string, a key).
+    json_policy.check(cleaned, field_name)
     return cleaned
 
 
@@ -133,7 +125,7 @@ def clean_text(value: Any, field_name: str, *, max_length: int, null: bool = Fal
         raise Validation(f"{field_name} must be a string.", field=field_name)
     if len(value) > max_length:
         raise Validation(f"{field_name} is longer than {max_length} characters.", field=field_name)
-    _check_no_nul(value, field_name)
+    json_policy.check_text(value, field_name)
     return value
 
 
@@ -157,9 +149,25 @@ def clean_paging(limit: Any, offset: Any) -> tuple[int, int]:
         limit = app_settings.DEFAULT_PAGE_SIZE
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= app_settings.MAX_PAGE_SIZE:
         raise Validation(f"limit must be a whole number from 1 to {app_settings.MAX_PAGE_SIZE}.", field="limit")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise Validation("offset must be a whole number, 0 or more.", field="offset")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+        raise Validation(f"offset must be a whole number from 0 to {MAX_OFFSET}.", field="offset")
     return limit, offset
+
+
+#: The largest offset a listing accepts (the largest a 64-bit LIMIT / OFFSET holds).
+MAX_OFFSET = 2**63 - 1
+
+
+def paginate(queryset: Any, limit: int, offset: int) -> Page[Any]:
+    """One page of ``queryset`` (already ordered), from paging cleaned by :func:`clean_paging`.
+
+    The one paging helper of every store listing. It counts first and skips the
+    page query once ``offset`` is past the end, so an offset however large never
+    reaches the driver's ``OFFSET``.
+    """
+    total = queryset.count()
+    items = list(queryset[offset : offset + limit]) if offset < total else []
+    return Page(items=items, total=total, limit=limit, offset=offset)
 
 
 def clean_order(order: Any, default: str) -> str:

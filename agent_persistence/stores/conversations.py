@@ -44,6 +44,7 @@ from .base import (
     clean_text,
     json_size,
     lookup_id,
+    paginate,
     parse_id,
     readable_conversation,
     writable_conversation,
@@ -315,13 +316,6 @@ def message_conflict(message_ids: Iterable[uuid.UUID], *, merged_into: uuid.UUID
 
 def transcript(pk: uuid.UUID) -> list[Message]:
     return list(Message.objects.filter(conversation_id=pk).order_by("position"))
-
-
-def paginate(queryset: Any, limit: int, offset: int) -> Page[Any]:
-    total = queryset.count()
-    # Skipping the query past the end also keeps a huge offset away from the driver.
-    items = list(queryset[offset : offset + limit]) if offset < total else []
-    return Page(items=items, total=total, limit=limit, offset=offset)
 
 
 class ConversationStore:

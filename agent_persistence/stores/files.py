@@ -42,6 +42,7 @@ from .base import (
     clean_paging,
     clean_text,
     lookup_id,
+    paginate,
     readable,
     readable_conversation,
     writable_conversation,
@@ -276,7 +277,7 @@ class FileStore:
         order = clean_order(order, "asc")
         ordering = ("created_at", "id") if order == "asc" else ("-created_at", "-id")
         files = StoredFile.objects.filter(conversation=conversation).order_by(*ordering)
-        return Page(items=list(files[offset : offset + limit]), total=files.count(), limit=limit, offset=offset)
+        return paginate(files, limit, offset)
 
     def delete(self, scope: Scope, file_id: Any) -> None:
         """Delete the file: its record now, its content once the deletion commits."""

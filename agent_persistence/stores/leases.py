@@ -24,7 +24,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..exceptions import Conflict, Validation
 from ..models import Lease
-from .base import Page, async_twin, clean_datetime, clean_object, clean_paging, clean_text
+from .base import Page, async_twin, clean_datetime, clean_object, clean_paging, clean_text, paginate
 
 KEY_MAX_LENGTH = Lease._meta.get_field("key").max_length
 HOLDER_MAX_LENGTH = Lease._meta.get_field("holder").max_length
@@ -164,7 +164,7 @@ class LeaseStore:
         """Live leases whose key starts with ``prefix`` (case-sensitive), ordered by key."""
         queryset, limit, offset = _prefixed(tenant, prefix, limit, offset)
         now = _clean_now(now)
-        return _page(queryset.filter(expires_at__gt=now).order_by("key"), limit, offset)
+        return paginate(queryset.filter(expires_at__gt=now).order_by("key"), limit, offset)
 
     def list_expired(
         self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
@@ -172,7 +172,7 @@ class LeaseStore:
         """Expired leases whose key starts with ``prefix``, the longest expired first."""
         queryset, limit, offset = _prefixed(tenant, prefix, limit, offset)
         now = _clean_now(now)
-        return _page(queryset.filter(expires_at__lte=now).order_by("expires_at", "key"), limit, offset)
+        return paginate(queryset.filter(expires_at__lte=now).order_by("expires_at", "key"), limit, offset)
 
     aacquire = async_twin("acquire")
     arenew = async_twin("renew")
@@ -207,10 +207,6 @@ def _prefixed(tenant: Any, prefix: Any, limit: Any, offset: Any) -> tuple[Any, i
         queryset = queryset.filter(key__startswith=prefix).alias(key_head=Substr("key", 1, len(prefix)))
         queryset = queryset.filter(key_head=prefix)
     return queryset, limit, offset
-
-
-def _page(queryset: Any, limit: int, offset: int) -> Page[Lease]:
-    return Page(items=list(queryset[offset : offset + limit]), total=queryset.count(), limit=limit, offset=offset)
 
 
 def _clean_tenant(tenant: Any) -> str:

@@ -34,6 +34,7 @@ from .base import (
     clean_text,
     json_size,
     lookup_id,
+    paginate,
     parse_id,
     writable_conversation,
 )
@@ -178,7 +179,7 @@ class TaskStore:
             tasks = tasks.filter(status=clean_status(status))
         ordering = ("-created_at", "-id") if order == "desc" else ("created_at", "id")
         tasks = tasks.order_by(*ordering)
-        return Page(items=list(tasks[offset : offset + limit]), total=tasks.count(), limit=limit, offset=offset)
+        return paginate(tasks, limit, offset)
 
     def update(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from ...oauth.views import AuthorizeView, CallbackView, IntegrationListView, IntegrationView
+from ..views.oauth import AuthorizeView, CallbackView, IntegrationListView, IntegrationView
 
 urlpatterns = [
     path("mcp/integrations/", IntegrationListView.as_view(), name="mcp-integrations"),

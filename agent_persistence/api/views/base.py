@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 
 from ...scope import Scope
 from ..errors import exception_handler
+from ..parsers import JSONBodyParser
 from ..permissions import HasScope, resolve_scope
 
 
@@ -16,9 +17,12 @@ class ScopedAPIView(APIView):
     """An APIView whose requests carry a Scope and whose errors use this app's handler.
 
     Authentication stays the host's (``REST_FRAMEWORK['DEFAULT_AUTHENTICATION_CLASSES']``).
+    Bodies are JSON only, read through the app's JSON policy (``api/parsers.py``):
+    any other content type is 415, whatever the host's ``DEFAULT_PARSER_CLASSES``.
     """
 
     permission_classes = [HasScope]
+    parser_classes = [JSONBodyParser]
     # Decorate handlers with agent_persistence.api.schema.extend_schema, which builds on this class too.
     schema = AutoSchema()
 

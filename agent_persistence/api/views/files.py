@@ -16,7 +16,6 @@ from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
-from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -24,6 +23,7 @@ from ...conf import app_settings
 from ...exceptions import StorageLimit
 from ...stores import file_store
 from ..pagination import page_body, paging
+from ..parsers import UploadParser
 from ..schema import extend_schema
 from ..serializers.base import error_responses
 from ..serializers.files import FilePageSerializer, FileSerializer, FileUploadInputSerializer
@@ -57,7 +57,7 @@ def file_body(record: Any) -> dict[str, Any]:
 class ConversationFileListView(ScopedAPIView):
     """A conversation's files, oldest first; upload one (multipart/form-data, field ``file``)."""
 
-    parser_classes = [MultiPartParser]
+    parser_classes = [UploadParser]
     size_limit: SizeLimitedUploadHandler | None = None
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:

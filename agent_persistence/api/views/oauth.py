@@ -1,7 +1,9 @@
 """The MCP OAuth endpoints: list integrations, start an authorization, the callback, disconnect.
 
 Routed by ``agent_persistence/api/routes/oauth.py``; documented in
-``docs/reference/api/oauth.md``. No response carries a token, verifier, state
+``docs/reference/api/oauth.md``. They live in ``api/`` (the HTTP edge), not in
+``oauth/``: the OAuth core (store, repository, client) knows nothing of DRF,
+and imports flow one way, ``api`` -> ``oauth``. No response carries a token, verifier, state
 or client secret, except the authorization URL, which carries the state the
 browser must bring back.
 """
@@ -13,18 +15,19 @@ from typing import Any
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..api.errors import error_body
-from ..api.schema import extend_schema
-from ..api.serializers.base import StrictSerializer, error_responses
-from ..api.views.base import ScopedAPIView
-from ..conf import app_settings
-from .exceptions import OAuthServerError, SecretUnreadable
-from .store import integration_store
+from ... import json_policy
+from ...conf import app_settings
+from ...exceptions import Validation
+from ...oauth.exceptions import OAuthServerError, SecretUnreadable
+from ...oauth.store import integration_store
+from ..errors import error_body
+from ..schema import extend_schema
+from ..serializers.base import StrictSerializer, error_responses
+from .base import ScopedAPIView
 
 
 INTEGRATION_STATUSES = ["connected", "expired", "pending", "disconnected", "unreadable"]
@@ -52,6 +55,15 @@ class AuthorizationStartSerializer(serializers.Serializer):
 class CallbackResultSerializer(serializers.Serializer):
     server = serializers.CharField()
     status = serializers.CharField()
+
+
+def storable(server: str) -> bool:
+    """Whether a column can hold the server name of the path (no NUL, no lone surrogate)."""
+    try:
+        json_policy.check_text(server, "server")
+    except Validation:
+        return False
+    return True
 
 
 def redirect_uri_for(request: Request) -> str:
@@ -86,8 +98,6 @@ class IntegrationListView(ScopedAPIView):
 
 class AuthorizeView(OAuthServerErrorMixin, ScopedAPIView):
     """Start an authorization of ``server`` for the caller (PKCE S256, state, registration)."""
-
-    parser_classes = [JSONParser]
 
     @extend_schema(
         request=AuthorizeInputSerializer,
@@ -130,6 +140,7 @@ class IntegrationView(ScopedAPIView):
 
     @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
     def delete(self, request: Request, server: str) -> Response:
-        if not integration_store().disconnect(self.scope, server):
+        # A name no column can hold names no integration (PostgreSQL would refuse the query).
+        if not storable(server) or not integration_store().disconnect(self.scope, server):
             return Response(error_body("not_found", "No such integration."), status=status.HTTP_404_NOT_FOUND)
         return Response(status=status.HTTP_204_NO_CONTENT)
