@@ -1,0 +1,52 @@
+"""List filters judged at read time: a turn is alive or dead by its heartbeat's age now."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from ..conf import app_settings
+from ..models import SupervisionStatus
+
+
+def live_state_q(state: str, prefix: str = "") -> Q:
+    """The rows whose supervision reads ``state`` now (``prefix`` reaches it from another model)."""
+    running = Q(**{f"{prefix}status": SupervisionStatus.RUNNING})
+    cutoff = timezone.now() - timedelta(seconds=float(app_settings.DEAD_AFTER))
+    if state == "alive":
+        return running & Q(**{f"{prefix}heartbeat_at__gte": cutoff})
+    if state == "dead":
+        return running & Q(**{f"{prefix}heartbeat_at__lt": cutoff})
+    if state == "idle":
+        return Q(**{f"{prefix}status__isnull": True})
+    return Q(**{f"{prefix}status": state})
+
+
+class LiveStatusFilter(admin.SimpleListFilter):
+    """alive / dead / done / errored, as the live status column says."""
+
+    title = _("live status")
+    parameter_name = "live"
+    prefix = ""
+    states = ("alive", "dead", "done", "errored")
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, state) for state in self.states]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() not in self.states:
+            return queryset
+        return queryset.filter(live_state_q(self.value(), self.prefix))
+
+
+class ConversationLiveStatusFilter(LiveStatusFilter):
+    """The same, for conversations (``idle``: no turn was ever claimed)."""
+
+    prefix = "supervision__"
+    states = ("alive", "dead", "done", "errored", "idle")
