@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from agent_persistence.testing.checkpoints import CheckpointStoreContract
 from agent_persistence.testing.conversations import ConversationStoreContract
 from agent_persistence.testing.family import Stores, memory_stores
+from agent_persistence.testing.recordings import RecordingStoreContract
+from agent_persistence.testing.supervision import SupervisionStoreContract
 
 
 class MemoryFamily:
@@ -28,4 +31,16 @@ class MemoryFamily:
 
 
 class TestMemoryConversationStore(MemoryFamily, ConversationStoreContract):
+    pass
+
+
+class TestMemorySupervisionStore(MemoryFamily, SupervisionStoreContract):
+    pass
+
+
+class TestMemoryCheckpointStore(MemoryFamily, CheckpointStoreContract):
+    pass
+
+
+class TestMemoryRecordingStore(MemoryFamily, RecordingStoreContract):
     pass

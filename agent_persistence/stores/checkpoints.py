@@ -106,7 +106,12 @@ class CheckpointStore:
         """Forget the conversation's state; nothing happens when there is none."""
         AgentCheckpoint.objects.filter(pk=lookup_id(conversation_id)).delete()
 
+    def read(self, conversation_id: Any) -> AgentCheckpoint | None:
+        """The stored checkpoint (state, size, message_id, epoch, saved_at), unscoped; None when none was saved."""
+        return AgentCheckpoint.objects.filter(pk=lookup_id(conversation_id)).first()
+
     aload = async_twin("load")
+    aread = async_twin("read")
     aload_for = async_twin("load_for")
     asave = async_twin("save")
     asave_many = async_twin("save_many")

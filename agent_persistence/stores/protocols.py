@@ -22,6 +22,7 @@ from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
 
 if TYPE_CHECKING:
     from ..models import (
+        AgentCheckpoint,
         Conversation,
         Event,
         Interrupt,
@@ -1299,6 +1300,10 @@ class CheckpointStoreProtocol(Protocol):
         """The saved state, for the runtime; ``{}`` when none was saved."""
         ...
 
+    def read(self, conversation_id: Any) -> AgentCheckpoint | None:
+        """The stored checkpoint (state, size, message_id, epoch, saved_at), unscoped; None when none was saved."""
+        ...
+
     def load_for(self, scope: Scope, conversation_id: Any) -> dict[str, Any]:
         """The saved state if ``scope`` may read the conversation (NotFound otherwise)."""
         ...
@@ -1317,6 +1322,10 @@ class CheckpointStoreProtocol(Protocol):
 
     async def aload(self, conversation_id: Any) -> dict[str, Any]:
         """Async twin of :meth:`load`."""
+        ...
+
+    async def aread(self, conversation_id: Any) -> AgentCheckpoint | None:
+        """Async twin of :meth:`read`."""
         ...
 
     async def aload_for(self, scope: Scope, conversation_id: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from unittest import mock
 
@@ -32,6 +32,7 @@ from django.apps import apps
 from django.db.models import DateTimeField
 from django.utils import timezone
 
+from ..conf import app_settings
 from ..ids import uuid7
 from ..statuses import SupervisionStatus
 from ..scope import Scope
@@ -120,6 +121,23 @@ class FamilyContract:
     def stores(self) -> Stores:
         self.family = self.make_stores()
         return self.family
+
+    # -- helpers every suite shares, through the family's stores -------------------------------
+
+    def new_conversation(self, owner: Scope = ALICE, *, shared: bool = False) -> Any:
+        return self.family.conversations.create(owner, shared=shared)
+
+    def conversation_epoch(self, conversation: Any) -> int:
+        """The conversation's lease epoch (raised by every claim), as its owner reads it."""
+        return self.family.conversations.get(Scope(conversation.tenant, conversation.owner), conversation.pk).epoch
+
+    def row_of(self, conversation: Any) -> Any:
+        """The conversation's supervision row, or None."""
+        return self.family.supervision.read(conversation.pk)
+
+    def when_dead(self, conversation: Any) -> datetime:
+        """A moment at which the conversation's current producer reads as dead."""
+        return self.row_of(conversation).heartbeat_at + timedelta(seconds=app_settings.DEAD_AFTER + 1)
 
 
 # -- time ---------------------------------------------------------------------------------------

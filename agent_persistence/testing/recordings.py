@@ -1,8 +1,8 @@
 """The contract of a recording store.
 
-Subclass :class:`RecordingStoreContract` and override ``make_store()`` (and
-``make_supervision_store()`` if you swapped that one too) to run it against
-your backend.
+Subclass :class:`RecordingStoreContract` and override ``make_stores()`` (the
+family: recordings are fenced by its supervision store) or ``make_store()`` to
+run it against your backend. It asserts through the store API only.
 """
 
 from __future__ import annotations
@@ -20,20 +20,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from ..exceptions import Fenced, NotFound, StorageLimit, Validation
-from ..models import Conversation, StreamRecording
-from ..stores.recordings import RecordingStore
-from ..stores.supervision import Claim, SupervisionStore
+from ..models import Conversation
+from ..stores.supervision import Claim
+from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_threads
-from .supervision import ALICE, BOB, MALLORY, new_conversation, when_dead
-
-
-def record_of(conversation: Conversation) -> StreamRecording | None:
-    return StreamRecording.objects.filter(pk=conversation.pk).first()
-
-
-def snapshot(conversation: Conversation) -> tuple[Any, ...] | None:
-    record = record_of(conversation)
-    return None if record is None else (record.message_id, record.index, record.message, record.epoch, record.updated_at)
+from .family import FamilyContract, frozen_clock
 
 
 def flush_record(conversation_id: Any, message_id: Any, index: int, *, epoch: int = 1, **message: Any) -> dict[str, Any]:
@@ -42,22 +33,26 @@ def flush_record(conversation_id: Any, message_id: Any, index: int, *, epoch: in
             "epoch": epoch}
 
 
-class RecordingStoreContract:
+class RecordingStoreContract(FamilyContract):
     """Fenced, epoch-guarded, never torn: the stream recording of a conversation."""
 
     def make_store(self) -> Any:
-        return RecordingStore()
-
-    def make_supervision_store(self) -> Any:
-        return SupervisionStore()
+        return self.family.recordings
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self, stores: Any) -> Any:
         return self.make_store()
+
+    def record_of(self, conversation: Any) -> Any:
+        return self.family.recordings.read_unscoped(conversation.pk)
+
+    def snapshot(self, conversation: Any) -> tuple[Any, ...] | None:
+        record = self.record_of(conversation)
+        return None if record is None else (record.message_id, record.index, record.message, record.epoch, record.updated_at)
 
     def start_turn(self, conversation: Conversation, **kwargs: Any) -> Claim:
         kwargs.setdefault("message_id", uuid.uuid4())
-        return self.make_supervision_store().claim(ALICE, conversation.pk, **kwargs)
+        return self.family.supervision.claim(ALICE, conversation.pk, **kwargs)
 
     def put(self, store: Any, conversation: Conversation, claim: Claim, index: int, **kwargs: Any) -> bool:
         return store.put(
@@ -72,7 +67,7 @@ class RecordingStoreContract:
 
     @pytest.mark.django_db
     def test_put_overwrites_the_one_record_of_the_conversation(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.start_turn(conversation)
         assert store.read(ALICE, conversation.pk) is None
         assert self.put(store, conversation, claim, 1)
@@ -80,12 +75,11 @@ class RecordingStoreContract:
         record = store.read(ALICE, conversation.pk)
         assert (record.message_id, record.index, record.epoch) == (claim.message_id, 4, 1)
         assert record.message["text"] == "four" and isinstance(record.message["at"], str)
-        assert StreamRecording.objects.count() == 1
         assert store.read_unscoped(str(conversation.pk)).index == 4
 
     @pytest.mark.django_db
     def test_read_follows_the_read_rules_and_never_leaks_existence(self, store: Any) -> None:
-        private, shared = new_conversation(), new_conversation(shared=True)
+        private, shared = self.new_conversation(), self.new_conversation(shared=True)
         for conversation in (private, shared):
             self.put(store, conversation, self.start_turn(conversation), 2)
         assert store.read(BOB, shared.pk).index == 2
@@ -96,44 +90,34 @@ class RecordingStoreContract:
 
     @pytest.mark.django_db
     def test_a_new_turn_replaces_the_previous_turns_record(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         old = self.start_turn(conversation)
         self.put(store, conversation, old, 9)
-        new = self.start_turn(conversation, now=when_dead(conversation))
+        new = self.start_turn(conversation, now=self.when_dead(conversation))
         assert self.put(store, conversation, new, 1)
-        assert (record_of(conversation).message_id, record_of(conversation).index) == (new.message_id, 1)
+        assert (self.record_of(conversation).message_id, self.record_of(conversation).index) == (new.message_id, 1)
 
     # -- fencing and the epoch guard ----------------------------------------------------------
 
     @pytest.mark.django_db
     def test_put_without_a_running_turn_is_fenced_and_writes_nothing(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         with pytest.raises(Fenced):
             store.put(conversation.pk, message_id=uuid.uuid4(), index=1, message={}, epoch=1)
-        assert record_of(conversation) is None
+        assert self.record_of(conversation) is None
 
     @pytest.mark.django_db
     def test_a_stale_producers_put_is_fenced_and_writes_nothing(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         old = self.start_turn(conversation)
         self.put(store, conversation, old, 3)
-        new = self.start_turn(conversation, now=when_dead(conversation))
+        new = self.start_turn(conversation, now=self.when_dead(conversation))
         self.put(store, conversation, new, 1)
-        before = snapshot(conversation)
+        before = self.snapshot(conversation)
         with pytest.raises(Fenced) as refused:
             self.put(store, conversation, old, 4)
         assert refused.value.code == "fenced"
-        assert snapshot(conversation) == before
-
-    @pytest.mark.django_db
-    def test_put_is_refused_when_the_stored_record_has_a_higher_epoch(self, store: Any) -> None:
-        conversation = new_conversation()
-        claim = self.start_turn(conversation)
-        # A record from a later epoch, as another backend's writer could have left it.
-        StreamRecording.objects.create(conversation=conversation, message_id=uuid.uuid4(), index=7, epoch=5)
-        before = snapshot(conversation)
-        assert self.put(store, conversation, claim, 8) is False
-        assert snapshot(conversation) == before
+        assert self.snapshot(conversation) == before
 
     @pytest.mark.django_db
     @pytest.mark.parametrize(
@@ -152,97 +136,95 @@ class RecordingStoreContract:
         ],
     )
     def test_put_refuses_bad_input_and_writes_nothing(self, store: Any, arguments: dict[str, Any]) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.start_turn(conversation)
         with pytest.raises(Validation):
             store.put(
                 conversation.pk,
                 **{"message_id": claim.message_id, "index": 1, "message": {}, "epoch": claim.epoch, **arguments},
             )
-        assert record_of(conversation) is None
+        assert self.record_of(conversation) is None
 
     @pytest.mark.django_db
     def test_a_message_over_the_size_limit_is_storage_limit(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.start_turn(conversation)
         configured = getattr(settings, "AGENT_PERSISTENCE", {}) or {}
         with override_settings(AGENT_PERSISTENCE={**configured, "MAX_MESSAGE_BYTES": 100}):
             with pytest.raises(StorageLimit) as refused:
                 self.put(store, conversation, claim, 1, message={"text": "x" * 200})
-        assert refused.value.code == "too_large" and record_of(conversation) is None
+        assert refused.value.code == "too_large" and self.record_of(conversation) is None
 
     # -- put_many -----------------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_put_many_writes_the_held_records_and_reports_the_others(self, store: Any) -> None:
-        live = [new_conversation() for _ in range(3)]
+        live = [self.new_conversation() for _ in range(3)]
         claims = {c.pk: self.start_turn(c) for c in live}
-        taken_over, never_claimed, newer = new_conversation(), new_conversation(), live[2]
+        taken_over, never_claimed = self.new_conversation(), self.new_conversation()
         old = self.start_turn(taken_over)
-        self.start_turn(taken_over, now=when_dead(taken_over))
-        StreamRecording.objects.create(conversation=newer, message_id=uuid.uuid4(), index=50, epoch=9)
+        self.start_turn(taken_over, now=self.when_dead(taken_over))
         records = [flush_record(c.pk, claims[c.pk].message_id, 5, n=5) for c in live] + [
             flush_record(live[0].pk, claims[live[0].pk].message_id, 6, n=6),  # the later flush wins
             flush_record(taken_over.pk, old.message_id, 1),
             flush_record(str(never_claimed.pk), uuid.uuid4(), 1),
         ]
         not_written = store.put_many(records)
-        assert not_written == {taken_over.pk, never_claimed.pk, newer.pk}
-        assert (record_of(live[0]).index, record_of(live[0]).message) == (6, {"n": 6})
-        assert record_of(live[1]).index == 5 and record_of(newer).index == 50
-        assert record_of(taken_over) is None and record_of(never_claimed) is None
+        assert not_written == {taken_over.pk, never_claimed.pk}
+        assert (self.record_of(live[0]).index, self.record_of(live[0]).message) == (6, {"n": 6})
+        assert self.record_of(live[1]).index == self.record_of(live[2]).index == 5
+        assert self.record_of(taken_over) is None and self.record_of(never_claimed) is None
         assert store.put_many([]) == set()
 
     @pytest.mark.django_db
     def test_put_many_with_one_bad_record_writes_nothing(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.start_turn(conversation)
         good = flush_record(conversation.pk, claim.message_id, 1)
         for bad in [{**good, "index": -1}, {**good, "extra": 1}, {"conversation_id": conversation.pk}, "record"]:
             with pytest.raises(Validation):
                 store.put_many([good, bad])
-        assert record_of(conversation) is None
+        assert self.record_of(conversation) is None
 
     # -- delete and purge ---------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_delete_removes_the_record_only_while_it_holds_the_message(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.start_turn(conversation)
         self.put(store, conversation, claim, 1)
         assert not store.delete(conversation.pk, message_id=uuid.uuid4())
-        assert record_of(conversation) is not None
+        assert self.record_of(conversation) is not None
         assert store.delete(conversation.pk, message_id=claim.message_id)
-        assert record_of(conversation) is None
+        assert self.record_of(conversation) is None
         assert not store.delete(conversation.pk, message_id=claim.message_id)
 
     @pytest.mark.django_db
     def test_purge_deletes_old_records_of_finished_turns_oldest_first(self, store: Any) -> None:
-        supervision = self.make_supervision_store()
+        supervision = self.family.supervision
         now = timezone.now()
         conversations = {}
+        ages = {"done old": 100, "done older": 200, "errored": 50, "no turn": 60, "alive": 300, "dead": 300}
         for name in ("done old", "done older", "errored", "no turn", "alive", "dead", "done recent"):
-            conversation = conversations[name] = new_conversation()
+            conversation = conversations[name] = self.new_conversation()
             claim = self.start_turn(conversation)
-            self.put(store, conversation, claim, 1)
+            with frozen_clock(now - timedelta(seconds=ages.get(name, 0))):
+                self.put(store, conversation, claim, 1)
             if name.startswith("done") or name == "errored":
                 status = "errored" if name == "errored" else "done"
                 supervision.finish(conversation.pk, epoch=claim.epoch, message_id=claim.message_id, status=status)
             elif name == "no turn":
                 supervision.delete(conversation.pk, message_id=claim.message_id, epoch=claim.epoch)
-        ages = {"done old": 100, "done older": 200, "errored": 50, "no turn": 60, "alive": 300, "dead": 300}
-        for name, age in ages.items():
-            StreamRecording.objects.filter(pk=conversations[name].pk).update(updated_at=now - timedelta(seconds=age))
         assert store.purge(finished_before=now - timedelta(seconds=10), limit=2) == 2
-        assert record_of(conversations["done older"]) is None and record_of(conversations["done old"]) is None
+        assert self.record_of(conversations["done older"]) is None and self.record_of(conversations["done old"]) is None
         assert store.purge(finished_before=now - timedelta(seconds=10)) == 2
-        kept = {name for name, conversation in conversations.items() if record_of(conversation) is not None}
+        kept = {name for name, conversation in conversations.items() if self.record_of(conversation) is not None}
         assert kept == {"alive", "dead", "done recent"}
         assert store.purge(finished_before=now - timedelta(seconds=10)) == 0
 
     @pytest.mark.django_db
     def test_async_twins_run_the_same_operations(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.start_turn(conversation)
         assert async_to_sync(store.aput)(conversation.pk, message_id=claim.message_id, index=2, message={}, epoch=1)
         assert async_to_sync(store.aread)(ALICE, conversation.pk).index == 2
@@ -252,7 +234,7 @@ class RecordingStoreContract:
 
     @pytest.mark.django_db(transaction=True)
     def test_a_reader_racing_the_writer_never_sees_a_torn_record(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.start_turn(conversation)
         writing = threading.Event()
         writing.set()
@@ -280,11 +262,11 @@ class RecordingStoreContract:
             assert all(index == length == inner for index, length, inner in seen)
             assert [index for index, _, _ in seen] == sorted(index for index, _, _ in seen)
         assert sum(len(seen) for seen in results[1:]) > 0
-        assert record_of(conversation).index == 300
+        assert self.record_of(conversation).index == 300
 
     @pytest.mark.django_db(transaction=True)
     def test_after_a_takeover_the_old_producer_never_overwrites_the_new_record(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         old = self.start_turn(conversation)
 
         def old_producer() -> str:
@@ -307,5 +289,5 @@ class RecordingStoreContract:
 
         result, new = run_in_threads(2, lambda i: old_producer() if i == 0 else new_producer())
         assert result == "fenced"
-        record = record_of(conversation)
+        record = self.record_of(conversation)
         assert (record.message_id, record.epoch, record.index) == (new.message_id, new.epoch, 20)

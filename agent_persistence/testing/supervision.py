@@ -17,35 +17,16 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
 from ..conf import app_settings
 from ..exceptions import Busy, ConversationNotOwned, Fenced, Gone, NotFound, Validation
-from ..models import Conversation, SupervisionStatus, TurnSupervision
-from ..scope import Scope
-from ..stores.supervision import Claim, PreviousTurn, SupervisionStore, fence, lock_supervision
+from ..models import Conversation, SupervisionStatus
+from ..stores.supervision import Claim, PreviousTurn
 from .actors import ALICE, BOB, MALLORY
-from .concurrency import run_in_processes, run_in_threads
-
-
-def new_conversation(owner: Scope = ALICE, *, shared: bool = False) -> Conversation:
-    return Conversation.objects.create(tenant=owner.tenant, owner=owner.user, shared=shared)
-
-
-def conversation_epoch(conversation: Conversation) -> int:
-    return Conversation.objects.values_list("epoch", flat=True).get(pk=conversation.pk)
-
-
-def row_of(conversation: Conversation) -> TurnSupervision | None:
-    return TurnSupervision.objects.filter(pk=conversation.pk).first()
-
-
-def when_dead(conversation: Conversation) -> datetime:
-    """A moment at which the conversation's current producer reads as dead."""
-    row = TurnSupervision.objects.get(pk=conversation.pk)
-    return row.heartbeat_at + timedelta(seconds=app_settings.DEAD_AFTER + 1)
+from .concurrency import run_in_threads
+from .family import FamilyContract
 
 
 def dead_after(seconds: float) -> Any:
@@ -54,14 +35,14 @@ def dead_after(seconds: float) -> Any:
     return override_settings(AGENT_PERSISTENCE={**configured, "DEAD_AFTER": seconds})
 
 
-class SupervisionStoreContract:
+class SupervisionStoreContract(FamilyContract):
     """Claims, liveness, fencing and the producer's writes of a supervision store."""
 
     def make_store(self) -> Any:
-        return SupervisionStore()
+        return self.family.supervision
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self, stores: Any) -> Any:
         return self.make_store()
 
     def claim(self, store: Any, conversation: Conversation, **kwargs: Any) -> Claim:
@@ -72,14 +53,14 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db
     def test_a_conversation_without_a_turn_is_idle(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         status = store.status(ALICE, conversation.pk)
         assert (status.state, status.message_id, status.epoch, status.heartbeat_age) == ("idle", None, 0, None)
         assert store.read(conversation.pk) is None
 
     @pytest.mark.django_db
     def test_a_claimed_turn_is_alive_and_reports_its_producer(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         message_id, run_id = uuid.uuid4(), uuid.uuid4()
         claim = self.claim(store, conversation, message_id=message_id, run_id=run_id, replica="web-1:42")
         status = store.status(ALICE, conversation.pk)
@@ -90,18 +71,18 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db
     def test_a_heartbeat_older_than_dead_after_reads_dead_and_dead_is_never_stored(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         self.claim(store, conversation)
-        heartbeat_at = row_of(conversation).heartbeat_at
+        heartbeat_at = self.row_of(conversation).heartbeat_at
         limit = timedelta(seconds=app_settings.DEAD_AFTER)
         assert store.status(ALICE, conversation.pk, now=heartbeat_at + limit).state == "alive"
         assert store.status(ALICE, conversation.pk, now=heartbeat_at + limit + timedelta(milliseconds=1)).state == "dead"
-        assert row_of(conversation).status == SupervisionStatus.RUNNING
+        assert self.row_of(conversation).status == SupervisionStatus.RUNNING
 
     @pytest.mark.django_db
     def test_the_dead_verdict_follows_the_real_clock(self, store: Any) -> None:
         with dead_after(0.2):
-            conversation = new_conversation()
+            conversation = self.new_conversation()
             self.claim(store, conversation)
             assert store.status(ALICE, conversation.pk).state == "alive"
             time.sleep(0.3)
@@ -112,14 +93,14 @@ class SupervisionStoreContract:
     @pytest.mark.django_db
     @pytest.mark.parametrize("status", ["done", "errored"])
     def test_a_finished_turn_reads_as_its_status(self, store: Any, status: str) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.claim(store, conversation)
         assert store.finish(conversation.pk, epoch=claim.epoch, message_id=claim.message_id, status=status)
-        assert store.status(ALICE, conversation.pk, now=when_dead(conversation)).state == status
+        assert store.status(ALICE, conversation.pk, now=self.when_dead(conversation)).state == status
 
     @pytest.mark.django_db
     def test_status_follows_the_read_rules_and_never_leaks_existence(self, store: Any) -> None:
-        private, shared = new_conversation(), new_conversation(shared=True)
+        private, shared = self.new_conversation(), self.new_conversation(shared=True)
         self.claim(store, shared)
         assert store.status(BOB, shared.pk).state == "alive"
         for scope, conversation_id in [(BOB, private.pk), (MALLORY, shared.pk), (ALICE, uuid.uuid4()), (ALICE, "x")]:
@@ -130,17 +111,17 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db
     def test_claim_writes_a_running_row_and_raises_the_conversation_epoch(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         message_id, run_id = uuid.uuid4(), uuid.uuid4()
         claim = self.claim(store, conversation, message_id=message_id, run_id=run_id, replica="r1")
         assert claim == Claim(epoch=1, message_id=message_id, run_id=run_id, taken_over=False, previous=None)
         row = store.read(conversation.pk)
         assert (row.status, row.message_id, row.run_id, row.epoch, row.replica) == ("running", message_id, run_id, 1, "r1")
-        assert conversation_epoch(conversation) == 1
+        assert self.conversation_epoch(conversation) == 1
 
     @pytest.mark.django_db
     def test_claim_refuses_a_live_turn_with_its_occupant_and_changes_nothing(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         first = self.claim(store, conversation, run_id=uuid.uuid4())
         with pytest.raises(Busy) as refused:
             self.claim(store, conversation)
@@ -148,32 +129,32 @@ class SupervisionStoreContract:
         assert refused.value.code == "conversation_busy"
         assert occupant["message_id"] == str(first.message_id) and occupant["run_id"] == str(first.run_id)
         assert occupant["epoch"] == 1 and 0 <= occupant["heartbeat_age"] < 1
-        assert (row_of(conversation).message_id, conversation_epoch(conversation)) == (first.message_id, 1)
+        assert (self.row_of(conversation).message_id, self.conversation_epoch(conversation)) == (first.message_id, 1)
 
     @pytest.mark.django_db
     @pytest.mark.parametrize("status", ["done", "errored"])
     def test_claim_replaces_a_finished_turn_at_the_next_epoch(self, store: Any, status: str) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         first = self.claim(store, conversation, run_id=uuid.uuid4())
         store.finish(conversation.pk, epoch=1, message_id=first.message_id, status=status)
         second = self.claim(store, conversation)
         assert (second.epoch, second.taken_over) == (2, False)
         assert second.previous == PreviousTurn(first.message_id, first.run_id, 1)
-        assert row_of(conversation).status == "running" and conversation_epoch(conversation) == 2
+        assert self.row_of(conversation).status == "running" and self.conversation_epoch(conversation) == 2
 
     @pytest.mark.django_db
     def test_claim_takes_over_a_dead_turn(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         first = self.claim(store, conversation)
-        now = when_dead(conversation)
+        now = self.when_dead(conversation)
         second = self.claim(store, conversation, now=now)
         assert (second.epoch, second.taken_over, second.previous.message_id) == (2, True, first.message_id)
-        row = row_of(conversation)
+        row = self.row_of(conversation)
         assert (row.message_id, row.heartbeat_at, row.claimed_at) == (second.message_id, now, now)
 
     @pytest.mark.django_db
     def test_claim_is_for_the_owner_only(self, store: Any) -> None:
-        private, shared = new_conversation(), new_conversation(shared=True)
+        private, shared = self.new_conversation(), self.new_conversation(shared=True)
         attempts = [
             (BOB, private.pk, NotFound),
             (MALLORY, private.pk, NotFound),
@@ -184,8 +165,8 @@ class SupervisionStoreContract:
         for scope, conversation_id, error in attempts:
             with pytest.raises(error):
                 store.claim(scope, conversation_id, message_id=uuid.uuid4())
-        assert not TurnSupervision.objects.exists()
-        assert conversation_epoch(private) == conversation_epoch(shared) == 0
+        assert self.row_of(private) is None and self.row_of(shared) is None
+        assert self.conversation_epoch(private) == self.conversation_epoch(shared) == 0
 
     @pytest.mark.django_db
     @pytest.mark.parametrize(
@@ -202,98 +183,98 @@ class SupervisionStoreContract:
         ids=["message_id", "no message_id", "run_id", "long replica", "NUL replica", "replica type", "naive now"],
     )
     def test_claim_refuses_bad_input_and_writes_nothing(self, store: Any, arguments: dict[str, Any]) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         with pytest.raises(Validation):
             store.claim(ALICE, conversation.pk, **{"message_id": uuid.uuid4(), **arguments})
-        assert row_of(conversation) is None and conversation_epoch(conversation) == 0
+        assert self.row_of(conversation) is None and self.conversation_epoch(conversation) == 0
 
     # -- claim_for_resume ---------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_resume_takes_over_the_dead_turn_keeping_its_message_and_run(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         first = self.claim(store, conversation, run_id=uuid.uuid4())
-        now = when_dead(conversation)
+        now = self.when_dead(conversation)
         resumed = store.claim_for_resume(ALICE, conversation.pk, message_id=first.message_id, replica="r2", now=now)
         assert resumed == Claim(2, first.message_id, first.run_id, True, PreviousTurn(first.message_id, first.run_id, 1))
-        row = row_of(conversation)
+        row = self.row_of(conversation)
         assert (row.status, row.epoch, row.replica, row.heartbeat_at) == ("running", 2, "r2", now)
-        assert conversation_epoch(conversation) == 2
+        assert self.conversation_epoch(conversation) == 2
 
     @pytest.mark.django_db
     def test_resume_of_a_live_turn_is_busy(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         first = self.claim(store, conversation)
         with pytest.raises(Busy):
             store.claim_for_resume(ALICE, conversation.pk, message_id=first.message_id)
-        assert row_of(conversation).epoch == 1
+        assert self.row_of(conversation).epoch == 1
 
     @pytest.mark.django_db
     @pytest.mark.parametrize("situation", ["no turn", "done", "errored", "another message"])
     def test_resume_of_a_turn_that_is_not_running_is_gone(self, store: Any, situation: str) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         message_id = uuid.uuid4()
         if situation != "no turn":
             self.claim(store, conversation, message_id=message_id)
         if situation in ("done", "errored"):
             store.finish(conversation.pk, epoch=1, message_id=message_id, status=situation)
         asked_for = uuid.uuid4() if situation == "another message" else message_id
-        now = when_dead(conversation) if situation != "no turn" else None
+        now = self.when_dead(conversation) if situation != "no turn" else None
         with pytest.raises(Gone) as refused:
             store.claim_for_resume(ALICE, conversation.pk, message_id=asked_for, now=now)
         assert refused.value.code == "turn_not_resumable"
-        assert conversation_epoch(conversation) == (0 if situation == "no turn" else 1)
+        assert self.conversation_epoch(conversation) == (0 if situation == "no turn" else 1)
 
     @pytest.mark.django_db
     def test_resume_is_for_the_owner_only(self, store: Any) -> None:
-        conversation = new_conversation(shared=True)
+        conversation = self.new_conversation(shared=True)
         first = self.claim(store, conversation)
-        now = when_dead(conversation)
+        now = self.when_dead(conversation)
         with pytest.raises(ConversationNotOwned):
             store.claim_for_resume(BOB, conversation.pk, message_id=first.message_id, now=now)
         with pytest.raises(NotFound):
             store.claim_for_resume(MALLORY, conversation.pk, message_id=first.message_id, now=now)
-        assert row_of(conversation).epoch == 1
+        assert self.row_of(conversation).epoch == 1
 
     # -- compare_and_swap ---------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_compare_and_swap_with_none_writes_only_when_there_is_no_row(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         first, second = uuid.uuid4(), uuid.uuid4()
         assert store.compare_and_swap(conversation.pk, None, status="running", message_id=first, epoch=1)
         assert not store.compare_and_swap(conversation.pk, None, status="running", message_id=second, epoch=2)
-        row = row_of(conversation)
-        assert (row.message_id, row.epoch, conversation_epoch(conversation)) == (first, 1, 1)
+        row = self.row_of(conversation)
+        assert (row.message_id, row.epoch, self.conversation_epoch(conversation)) == (first, 1, 1)
 
     @pytest.mark.django_db
     def test_compare_and_swap_writes_iff_the_stored_epoch_is_the_expected_one(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         store.compare_and_swap(conversation.pk, None, status="running", message_id=uuid.uuid4(), epoch=1)
         winner = uuid.uuid4()
         assert not store.compare_and_swap(conversation.pk, 2, status="running", message_id=uuid.uuid4(), epoch=3)
         assert store.compare_and_swap(conversation.pk, 1, status="done", message_id=winner, epoch=2, replica="r")
         assert not store.compare_and_swap(conversation.pk, 1, status="running", message_id=uuid.uuid4(), epoch=3)
-        row = row_of(conversation)
+        row = self.row_of(conversation)
         assert (row.status, row.message_id, row.epoch, row.replica) == ("done", winner, 2, "r")
-        assert conversation_epoch(conversation) == 2
+        assert self.conversation_epoch(conversation) == 2
 
     @pytest.mark.django_db
     def test_compare_and_swap_never_reuses_an_epoch(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         message_id = uuid.uuid4()
         assert store.compare_and_swap(conversation.pk, None, status="running", message_id=message_id, epoch=3)
         assert not store.compare_and_swap(conversation.pk, 3, status="running", message_id=message_id, epoch=3)
         assert store.delete(conversation.pk, message_id=message_id, epoch=3)
         for stale in (1, 3):
             assert not store.compare_and_swap(conversation.pk, None, status="running", message_id=message_id, epoch=stale)
-        assert row_of(conversation) is None
+        assert self.row_of(conversation) is None
         assert store.compare_and_swap(conversation.pk, None, status="running", message_id=message_id, epoch=4)
-        assert conversation_epoch(conversation) == 4
+        assert self.conversation_epoch(conversation) == 4
 
     @pytest.mark.django_db
     def test_compare_and_swap_refuses_bad_input(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         good = {"status": "running", "message_id": uuid.uuid4(), "epoch": 1}
         for bad in [{"status": "dead"}, {"epoch": 0}, {"epoch": True}, {"epoch": 2**63}, {"message_id": "x"}]:
             with pytest.raises(Validation):
@@ -302,45 +283,45 @@ class SupervisionStoreContract:
             store.compare_and_swap(conversation.pk, "1", **good)
         with pytest.raises(NotFound):
             store.compare_and_swap(uuid.uuid4(), None, **good)
-        assert row_of(conversation) is None and conversation_epoch(conversation) == 0
+        assert self.row_of(conversation) is None and self.conversation_epoch(conversation) == 0
 
     # -- finish, delete -----------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_finish_writes_once_and_only_for_the_holding_epoch_and_message(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.claim(store, conversation)
         assert not store.finish(conversation.pk, epoch=2, message_id=claim.message_id, status="done")
         assert not store.finish(conversation.pk, epoch=1, message_id=uuid.uuid4(), status="done")
-        assert row_of(conversation).status == "running"
+        assert self.row_of(conversation).status == "running"
         assert store.finish(conversation.pk, epoch=1, message_id=claim.message_id, status="errored")
         assert not store.finish(conversation.pk, epoch=1, message_id=claim.message_id, status="done")
-        assert row_of(conversation).status == "errored"
+        assert self.row_of(conversation).status == "errored"
         with pytest.raises(Validation):
             store.finish(conversation.pk, epoch=1, message_id=claim.message_id, status="running")
 
     @pytest.mark.django_db
     def test_a_taken_over_producer_cannot_finish_the_new_turn(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         old = self.claim(store, conversation)
-        new = self.claim(store, conversation, message_id=old.message_id, now=when_dead(conversation))
+        new = self.claim(store, conversation, message_id=old.message_id, now=self.when_dead(conversation))
         assert not store.finish(conversation.pk, epoch=old.epoch, message_id=old.message_id, status="errored")
-        assert (row_of(conversation).status, row_of(conversation).epoch) == ("running", new.epoch)
+        assert (self.row_of(conversation).status, self.row_of(conversation).epoch) == ("running", new.epoch)
 
     @pytest.mark.django_db
     def test_delete_removes_the_row_only_while_it_holds_message_and_epoch(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.claim(store, conversation)
         assert not store.delete(conversation.pk, message_id=uuid.uuid4(), epoch=1)
         assert not store.delete(conversation.pk, message_id=claim.message_id, epoch=2)
-        assert row_of(conversation) is not None
+        assert self.row_of(conversation) is not None
         assert store.delete(conversation.pk, message_id=claim.message_id, epoch=1)
-        assert row_of(conversation) is None
+        assert self.row_of(conversation) is None
         assert not store.delete(conversation.pk, message_id=claim.message_id, epoch=1)
 
     @pytest.mark.django_db
     def test_epochs_never_repeat_after_the_row_is_deleted(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         epochs = []
         for _ in range(3):
             claim = self.claim(store, conversation)
@@ -352,31 +333,27 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db
     def test_fence_passes_the_holding_epoch_and_stamps_its_heartbeat(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         self.claim(store, conversation, now=timezone.now() - timedelta(seconds=60))
-        before = row_of(conversation).heartbeat_at
-        with transaction.atomic():
-            fence(conversation.pk, 1)
-        assert row_of(conversation).heartbeat_at > before
+        before = self.row_of(conversation).heartbeat_at
+        assert store.heartbeat_many([(conversation.pk, 1)]) == set()
+        assert self.row_of(conversation).heartbeat_at > before
 
     @pytest.mark.django_db
     @pytest.mark.parametrize("situation", ["no turn", "taken over", "finished", "released"])
     def test_fence_refuses_a_stale_producer_and_writes_nothing(self, store: Any, situation: str) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         if situation != "no turn":
             claim = self.claim(store, conversation)
             if situation == "taken over":
-                self.claim(store, conversation, now=when_dead(conversation))
+                self.claim(store, conversation, now=self.when_dead(conversation))
             elif situation == "finished":
                 store.finish(conversation.pk, epoch=1, message_id=claim.message_id, status="done")
             else:
                 store.force_release(conversation.pk)
-        before = row_of(conversation)
-        with pytest.raises(Fenced) as refused:
-            with transaction.atomic():
-                fence(conversation.pk, 1)
-        assert refused.value.code == "fenced"
-        after = row_of(conversation)
+        before = self.row_of(conversation)
+        assert store.heartbeat_many([(conversation.pk, 1)]) == {conversation.pk}
+        after = self.row_of(conversation)
         if before is None:
             assert after is None
         else:
@@ -384,23 +361,23 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db
     def test_heartbeat_many_reports_exactly_the_fenced_turns(self, store: Any) -> None:
-        conversations = [new_conversation() for _ in range(6)]
+        conversations = [self.new_conversation() for _ in range(6)]
         claims = {c.pk: self.claim(store, c) for c in conversations}
         taken_over, finished, deleted, live = conversations[0:2], conversations[2], conversations[3], conversations[4:]
         for conversation in taken_over:
-            self.claim(store, conversation, now=when_dead(conversation))
+            self.claim(store, conversation, now=self.when_dead(conversation))
         store.finish(finished.pk, epoch=1, message_id=claims[finished.pk].message_id, status="done")
         store.delete(deleted.pk, message_id=claims[deleted.pk].message_id, epoch=1)
         stamped_at = timezone.now() + timedelta(seconds=5)
         fenced = store.heartbeat_many([(c.pk, 1) for c in conversations], now=stamped_at)
         assert fenced == {c.pk for c in [*taken_over, finished, deleted]}
-        assert [row_of(c).heartbeat_at for c in live] == [stamped_at, stamped_at]
-        assert all(row_of(c).heartbeat_at != stamped_at for c in [*taken_over, finished])
+        assert [self.row_of(c).heartbeat_at for c in live] == [stamped_at, stamped_at]
+        assert all(self.row_of(c).heartbeat_at != stamped_at for c in [*taken_over, finished])
         assert store.heartbeat_many([]) == set()
 
     @pytest.mark.django_db
     def test_heartbeat_many_handles_more_turns_than_one_statement_holds(self, store: Any) -> None:
-        conversations = [new_conversation() for _ in range(3)]
+        conversations = [self.new_conversation() for _ in range(3)]
         for conversation in conversations:
             self.claim(store, conversation)
         unknown = [uuid.uuid4() for _ in range(1200)]
@@ -421,9 +398,9 @@ class SupervisionStoreContract:
         ages = {"dead old": 60, "dead young": 10, "alive": 1}
         conversations = {}
         for name, age in ages.items():
-            conversations[name] = new_conversation()
+            conversations[name] = self.new_conversation()
             self.claim(store, conversations[name], now=now - timedelta(seconds=age))
-        finished = new_conversation()
+        finished = self.new_conversation()
         claim = self.claim(store, finished, now=now - timedelta(seconds=90))
         store.finish(finished.pk, epoch=claim.epoch, message_id=claim.message_id, status="done")
         dead = store.list_dead(now=now)
@@ -432,10 +409,10 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db
     def test_force_release_errors_the_turn_and_fences_its_producer(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         claim = self.claim(store, conversation)
         assert store.force_release(conversation.pk)
-        assert row_of(conversation).status == "errored" and conversation_epoch(conversation) == 2
+        assert self.row_of(conversation).status == "errored" and self.conversation_epoch(conversation) == 2
         assert store.heartbeat_many([(conversation.pk, claim.epoch)]) == {conversation.pk}
         assert not store.force_release(conversation.pk)
         assert self.claim(store, conversation).epoch == 3
@@ -444,7 +421,7 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db
     def test_async_twins_run_the_same_operations(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         message_id = uuid.uuid4()
         claim = async_to_sync(store.aclaim)(ALICE, conversation.pk, message_id=message_id)
         assert async_to_sync(store.astatus)(ALICE, conversation.pk).state == "alive"
@@ -456,7 +433,7 @@ class SupervisionStoreContract:
 
     @pytest.mark.django_db(transaction=True)
     def test_of_twenty_concurrent_claims_exactly_one_wins_every_round(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         for round_number in range(1, 21):
             message_ids = [uuid.uuid4() for _ in range(20)]
             results = run_in_threads(20, lambda i: store.claim(ALICE, conversation.pk, message_id=message_ids[i]))
@@ -466,13 +443,13 @@ class SupervisionStoreContract:
             winner = claims[0]
             assert winner.epoch == round_number
             assert all(busy.details["occupant"]["message_id"] == str(winner.message_id) for busy in refused)
-            assert row_of(conversation).message_id == winner.message_id
+            assert self.row_of(conversation).message_id == winner.message_id
             assert store.finish(conversation.pk, epoch=winner.epoch, message_id=winner.message_id, status="done")
-        assert conversation_epoch(conversation) == 20
+        assert self.conversation_epoch(conversation) == 20
 
     @pytest.mark.django_db(transaction=True)
     def test_of_concurrent_claims_from_processes_exactly_one_wins(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
 
         def attempt(index: int) -> str:
             try:
@@ -482,15 +459,15 @@ class SupervisionStoreContract:
             return "won"
 
         for round_number in range(1, 4):
-            results = run_in_processes(6, attempt)
+            results = self.family.run_in_processes(6, attempt)
             assert sorted(results) == ["busy"] * 5 + ["won"], results
-            row = row_of(conversation)
+            row = self.row_of(conversation)
             assert row.epoch == round_number
             store.finish(conversation.pk, epoch=row.epoch, message_id=row.message_id, status="done")
 
     @pytest.mark.django_db(transaction=True)
     def test_of_twenty_compare_and_swaps_on_one_epoch_exactly_one_writes(self, store: Any) -> None:
-        conversation = new_conversation()
+        conversation = self.new_conversation()
         expected: int | None = None
         for round_number in range(1, 11):
             message_ids = [uuid.uuid4() for _ in range(20)]
@@ -502,13 +479,15 @@ class SupervisionStoreContract:
 
             results = run_in_threads(20, swap)
             assert results.count(True) == 1 and results.count(False) == 19, results
-            row = row_of(conversation)
+            row = self.row_of(conversation)
             assert (row.epoch, row.message_id) == (round_number, message_ids[results.index(True)])
             expected = round_number
 
     @pytest.mark.django_db(transaction=True)
     def test_a_takeover_waits_for_the_fenced_write_in_flight_and_no_write_follows_it(self, store: Any) -> None:
-        conversation = new_conversation()
+        """A producer's fenced writes (checkpoint saves here) stop at the takeover: none lands after it."""
+        checkpoints = self.family.checkpoints
+        conversation = self.new_conversation()
         self.claim(store, conversation)
         done = threading.Event()
         committed: list[int] = []
@@ -519,9 +498,7 @@ class SupervisionStoreContract:
             try:
                 while not done.is_set():
                     write += 1
-                    with transaction.atomic():
-                        fence(conversation.pk, 1)
-                        Conversation.objects.filter(pk=conversation.pk).update(title=f"write {write}")
+                    checkpoints.save(conversation.pk, {"write": write}, epoch=1)
                     committed.append(write)
                 return "not fenced"
             except Fenced:
@@ -531,19 +508,18 @@ class SupervisionStoreContract:
             time.sleep(0.2)
             try:
                 claim = self.claim(store, conversation, now=timezone.now() + timedelta(seconds=60))
-                return claim, Conversation.objects.values_list("title", flat=True).get(pk=conversation.pk)
+                return claim, checkpoints.load(conversation.pk)
             finally:
                 time.sleep(0.2)
                 done.set()
 
-        produced, (claim, title_at_takeover) = run_in_threads(2, lambda i: produce(i) if i == 0 else take_over(i))
+        produced, (claim, state_at_takeover) = run_in_threads(2, lambda i: produce(i) if i == 0 else take_over(i))
         assert produced == "fenced" and claim.epoch == 2 and committed
-        final_title = Conversation.objects.values_list("title", flat=True).get(pk=conversation.pk)
-        assert final_title == title_at_takeover == f"write {committed[-1]}"
+        assert checkpoints.load(conversation.pk) == state_at_takeover == {"write": committed[-1]}
 
     @pytest.mark.django_db(transaction=True)
     def test_a_stale_heartbeat_never_touches_the_new_producers_row(self, store: Any) -> None:
-        conversations = [new_conversation() for _ in range(5)]
+        conversations = [self.new_conversation() for _ in range(5)]
         for conversation in conversations:
             self.claim(store, conversation)
         entries = [(c.pk, 1) for c in conversations]
@@ -565,18 +541,18 @@ class SupervisionStoreContract:
 
         fenced, epochs = run_in_threads(2, lambda i: heartbeat(i) if i == 0 else take_over(i))
         assert fenced == {c.pk for c in conversations} and epochs == [2] * 5
-        assert [row_of(c).heartbeat_at for c in conversations] == [claimed_at] * 5
+        assert [self.row_of(c).heartbeat_at for c in conversations] == [claimed_at] * 5
 
     @pytest.mark.django_db(transaction=True)
-    @pytest.mark.parametrize("caller_locks_conversation", [False, True], ids=["claim", "lock_supervision first"])
-    def test_a_claim_never_deadlocks_with_a_producer_writing_under_its_fence(
-        self, store: Any, caller_locks_conversation: bool
-    ) -> None:
-        """A producer locks the supervision row (fence), then the conversation; claims lock in that order too.
+    def test_a_claim_never_deadlocks_with_a_producer_writing_under_its_fence(self, store: Any) -> None:
+        """A producer's fenced write that also locks the conversation (a run's creation) and takeovers race.
 
-        A caller that locks the conversation itself before claiming calls lock_supervision() first.
+        Every producer is fenced by the takeover of its conversation, every
+        takeover wins at the next epoch, and nothing deadlocks (PostgreSQL
+        would abort one side with a deadlock error).
         """
-        conversations = [new_conversation() for _ in range(4)]
+        runs = self.family.runs
+        conversations = [self.new_conversation() for _ in range(4)]
         for round_number in range(1, 4):
             for conversation in conversations:
                 epoch = self.claim(store, conversation, now=timezone.now() + timedelta(seconds=60 * round_number)).epoch
@@ -585,11 +561,7 @@ class SupervisionStoreContract:
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
                     try:
-                        with transaction.atomic():
-                            fence(conversation.pk, epoch)
-                            time.sleep(0.005)  # the producer's work between its fence and its write
-                            Conversation.objects.select_for_update().get(pk=conversation.pk)
-                            Conversation.objects.filter(pk=conversation.pk).update(title=f"round {round_number}")
+                        runs.create_or_resume(ALICE, conversation.pk, id=uuid.uuid4(), message_id=uuid.uuid4(), epoch=epoch)
                     except Fenced:
                         return "fenced"
                     time.sleep(0.002)  # let a waiting claim in (SQLite's lock is not fair)
@@ -598,11 +570,7 @@ class SupervisionStoreContract:
             def take_over(index: int, conversation: Conversation) -> str:
                 time.sleep(0.05 + 0.01 * index)
                 now = timezone.now() + timedelta(seconds=60 * round_number + 30)
-                with transaction.atomic():
-                    if caller_locks_conversation:
-                        lock_supervision(conversation.pk)
-                        Conversation.objects.select_for_update().get(pk=conversation.pk)
-                    return f"epoch {self.claim(store, conversation, now=now).epoch}"
+                return f"epoch {self.claim(store, conversation, now=now).epoch}"
 
             def work(index: int) -> str:
                 conversation = conversations[index % 4]
@@ -611,5 +579,5 @@ class SupervisionStoreContract:
             results = run_in_threads(8, work)
             assert results == ["fenced"] * 4 + [f"epoch {epoch + 1}"] * 4, results
             for conversation in conversations:
-                row = row_of(conversation)
+                row = self.row_of(conversation)
                 store.finish(conversation.pk, epoch=row.epoch, message_id=row.message_id, status="done")

@@ -84,7 +84,14 @@ class MemoryCheckpointStore:
         with self.db.lock:
             self.db.checkpoints.pop(pk, None)
 
+    def read(self, conversation_id: Any) -> AgentCheckpoint | None:
+        pk = lookup_id(conversation_id)
+        with self.db.lock:
+            checkpoint = self.db.checkpoints.get(pk)
+            return None if checkpoint is None else clone(checkpoint)
+
     aload = async_twin("load")
+    aread = async_twin("read")
     aload_for = async_twin("load_for")
     asave = async_twin("save")
     asave_many = async_twin("save_many")
