@@ -298,6 +298,13 @@ def insert_message(pk: uuid.UUID, message: MessageInput, position: int, now: dat
     return row
 
 
+#: The one answer to a client-chosen id that is taken, whoever holds it: the caller, another owner or
+#: another tenant. Ids are global (a conversation or message is addressed by its id alone), so a taken
+#: id cannot be given out again; the answer tells only that, never who holds it or whether the caller
+#: may read it, and carries no details.
+ID_TAKEN_MESSAGE = "This id is already taken; choose another."
+
+
 def message_conflict(message_ids: Iterable[uuid.UUID], *, merged_into: uuid.UUID | None = None) -> Conflict:
     """The domain error for an insert the database refused (the transaction is rolled back by then).
 
@@ -307,9 +314,10 @@ def message_conflict(message_ids: Iterable[uuid.UUID], *, merged_into: uuid.UUID
     taken_ids = Message.objects.filter(pk__in=list(message_ids))
     if merged_into is not None:
         taken_ids = taken_ids.exclude(conversation_id=merged_into)
-    taken = taken_ids.values_list("pk", flat=True).first()
-    if taken is not None:
-        return Conflict("A message with this id already exists.", code="message_exists", id=str(taken))
+    if taken_ids.exists():
+        # Which id, and whose it is, stay unsaid: the id may belong to a conversation the caller
+        # cannot see, and the answer must be the same whoever holds it (see ID_TAKEN_MESSAGE).
+        return Conflict(ID_TAKEN_MESSAGE, code="message_exists")
     # Only a taken position is left, which the row lock rules out; report it, never the driver error.
     return Conflict("The transcript changed during the write; try again.")
 
@@ -349,7 +357,7 @@ class ConversationStore:
             with transaction.atomic():
                 conversation.save(force_insert=True)
         except IntegrityError:
-            raise Conflict("A conversation with this id already exists.", code="conversation_exists") from None
+            raise Conflict(ID_TAKEN_MESSAGE, code="conversation_exists") from None
         return conversation
 
     def get(self, scope: Scope, conversation_id: Any) -> Conversation:
