@@ -13,7 +13,9 @@ import pytest
 
 from agent_persistence.testing.checkpoints import CheckpointStoreContract
 from agent_persistence.testing.conversations import ConversationStoreContract
+from agent_persistence.testing.events import EventStoreContract
 from agent_persistence.testing.family import Stores, memory_stores
+from agent_persistence.testing.leases import LeaseStoreContract
 from agent_persistence.testing.recordings import RecordingStoreContract
 from agent_persistence.testing.supervision import SupervisionStoreContract
 
@@ -43,4 +45,12 @@ class TestMemoryCheckpointStore(MemoryFamily, CheckpointStoreContract):
 
 
 class TestMemoryRecordingStore(MemoryFamily, RecordingStoreContract):
+    pass
+
+
+class TestMemoryEventStore(MemoryFamily, EventStoreContract):
+    pass
+
+
+class TestMemoryLeaseStore(MemoryFamily, LeaseStoreContract):
     pass

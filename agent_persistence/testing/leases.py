@@ -17,6 +17,7 @@ IMMEDIATE transactions).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 import pytest
@@ -26,12 +27,15 @@ from django.utils import timezone
 from ..exceptions import Validation
 from ..models import Lease
 from ..stores.base import Page
-from ..stores.leases import LeaseResult, LeaseStore
-from .concurrency import run_in_processes, run_in_threads
+from ..stores.leases import LeaseResult
+from .concurrency import run_in_threads
 from .events import assert_no_errors
+from .family import FamilyContract
 
 TENANT = "acme"
 OTHER_TENANT = "other"
+#: Earlier than any lease a test writes: every stored lease reads as live at this moment.
+DAWN = datetime(2000, 1, 1, tzinfo=dt_timezone.utc)
 
 
 def keys(leases: list[Lease] | Page[Lease]) -> list[str]:
@@ -39,15 +43,20 @@ def keys(leases: list[Lease] | Page[Lease]) -> list[str]:
     return [lease.key for lease in items]
 
 
-class LeaseStoreContract:
-    """Every rule of the lease store; subclass and override :meth:`make_store`."""
+class LeaseStoreContract(FamilyContract):
+    """Every rule of the lease store; subclass and override :meth:`make_stores` or :meth:`make_store`."""
 
     def make_store(self) -> Any:
-        return LeaseStore()
+        return self.family.leases
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self, stores: Any) -> Any:
         return self.make_store()
+
+    def stored(self, key: str, tenant: str = TENANT) -> Lease | None:
+        """The lease on ``key`` whether live or expired: read as of a moment before any lease was written."""
+        leases = self.family.leases.get(tenant, [key], now=DAWN)
+        return leases[0] if leases else None
 
     @pytest.fixture
     def now(self) -> datetime:
@@ -67,7 +76,7 @@ class LeaseStoreContract:
         assert (lease.tenant, lease.key, lease.holder) == (TENANT, "job:1", "worker-a")
         assert (lease.acquired_at, lease.expires_at) == (now, self.later(now, 30))
         assert (lease.cancel_requested, lease.metadata) == (False, {"pid": 7})
-        stored = Lease.objects.get(tenant=TENANT, key="job:1")
+        stored = self.stored("job:1")
         assert (stored.holder, stored.expires_at, stored.metadata) == ("worker-a", self.later(now, 30), {"pid": 7})
 
     @pytest.mark.django_db
@@ -84,7 +93,7 @@ class LeaseStoreContract:
             self.later(now, 30),
             {"pid": 1},
         )
-        assert Lease.objects.get(tenant=TENANT, key="job").holder == "worker-a"
+        assert self.stored("job").holder == "worker-a"
 
     @pytest.mark.django_db
     def test_acquiring_my_live_lease_extends_it(self, store: Any, now: datetime) -> None:
@@ -108,7 +117,7 @@ class LeaseStoreContract:
         lease = result.lease
         assert (lease.holder, lease.acquired_at, lease.expires_at) == ("worker-b", expiry, self.later(expiry, 10))
         assert (lease.cancel_requested, lease.metadata) == (False, {})
-        assert Lease.objects.filter(tenant=TENANT, key="job").count() == 1
+        assert len(store.get(TENANT, ["job"], now=DAWN)) == 1
 
     @pytest.mark.django_db
     def test_my_own_expired_lease_is_reacquired_as_a_takeover(self, store: Any, now: datetime) -> None:
@@ -146,20 +155,20 @@ class LeaseStoreContract:
         assert isinstance(renewed, Lease)
         assert (renewed.holder, renewed.expires_at, renewed.acquired_at) == ("worker-a", self.later(now, 50), now)
         assert (renewed.cancel_requested, renewed.metadata) == (False, {"m": 1})
-        assert Lease.objects.get(tenant=TENANT, key="job").expires_at == self.later(now, 50)
+        assert self.stored("job").expires_at == self.later(now, 50)
 
     @pytest.mark.django_db
     def test_renew_is_refused_once_expired(self, store: Any, now: datetime) -> None:
         store.acquire(TENANT, "job", "worker-a", ttl=30, now=now)
         assert store.renew(TENANT, "job", "worker-a", ttl=30, now=self.later(now, 31)) is None
-        assert Lease.objects.get(tenant=TENANT, key="job").expires_at == self.later(now, 30)
+        assert self.stored("job").expires_at == self.later(now, 30)
 
     @pytest.mark.django_db
     def test_renew_by_another_or_of_an_absent_key_is_refused(self, store: Any, now: datetime) -> None:
         store.acquire(TENANT, "job", "worker-a", ttl=30, now=now)
         assert store.renew(TENANT, "job", "worker-b", ttl=300, now=now) is None
         assert store.renew(TENANT, "nothing", "worker-a", ttl=30, now=now) is None
-        assert Lease.objects.get(tenant=TENANT, key="job").expires_at == self.later(now, 30)
+        assert self.stored("job").expires_at == self.later(now, 30)
 
     @pytest.mark.django_db
     def test_a_taken_over_holder_can_no_longer_renew(self, store: Any, now: datetime) -> None:
@@ -183,7 +192,7 @@ class LeaseStoreContract:
         assert store.mark_cancel(TENANT, "nothing", now=now) is False
         store.acquire(TENANT, "job", "worker-a", ttl=30, now=now)
         assert store.mark_cancel(TENANT, "job", now=self.later(now, 30)) is False
-        assert Lease.objects.get(tenant=TENANT, key="job").cancel_requested is False
+        assert self.stored("job").cancel_requested is False
 
     # -- release -----------------------------------------------------------------------------
 
@@ -191,7 +200,7 @@ class LeaseStoreContract:
     def test_the_holder_releases_and_the_key_is_free_again(self, store: Any, now: datetime) -> None:
         store.acquire(TENANT, "job", "worker-a", ttl=30, now=now)
         assert store.release(TENANT, "job", "worker-a") is True
-        assert not Lease.objects.filter(tenant=TENANT, key="job").exists()
+        assert self.stored("job") is None
         assert store.release(TENANT, "job", "worker-a") is False
         result = store.acquire(TENANT, "job", "worker-b", ttl=30, now=now)
         assert (result.acquired, result.taken_over) == (True, False)
@@ -201,7 +210,7 @@ class LeaseStoreContract:
         store.acquire(TENANT, "job", "worker-a", ttl=30, now=now)
         assert store.release(TENANT, "job", "worker-b") is False
         assert store.release(TENANT, "nothing", "worker-a") is False
-        assert Lease.objects.get(tenant=TENANT, key="job").holder == "worker-a"
+        assert self.stored("job").holder == "worker-a"
 
     @pytest.mark.django_db
     def test_the_holder_may_release_its_expired_lease_until_taken_over(self, store: Any, now: datetime) -> None:
@@ -210,7 +219,7 @@ class LeaseStoreContract:
         store.acquire(TENANT, "taken", "worker-b", ttl=30, now=self.later(now, 2))
         assert store.release(TENANT, "expired", "worker-a") is True
         assert store.release(TENANT, "taken", "worker-a") is False
-        assert Lease.objects.get(tenant=TENANT, key="taken").holder == "worker-b"
+        assert self.stored("taken").holder == "worker-b"
 
     # -- get and lists -----------------------------------------------------------------------
 
@@ -321,7 +330,7 @@ class LeaseStoreContract:
         call = {"tenant": TENANT, "key": "job", "holder": "worker", "ttl": 30, "now": now, **arguments}
         with pytest.raises(Validation):
             store.acquire(call.pop("tenant"), call.pop("key"), call.pop("holder"), **call)
-        assert not Lease.objects.exists()
+        assert store.list_live(TENANT, now=DAWN).total == store.list_live(OTHER_TENANT, now=DAWN).total == 0
 
     @pytest.mark.django_db
     def test_longest_names_are_accepted(self, store: Any, now: datetime) -> None:
@@ -354,7 +363,7 @@ class LeaseStoreContract:
             with pytest.raises(Validation):
                 call()
                 pytest.fail(f"call #{index} was accepted")
-        lease = Lease.objects.get(tenant=TENANT, key="job")
+        lease = self.stored("job")
         assert (lease.holder, lease.expires_at, lease.cancel_requested) == ("worker", self.later(now, 30), False)
 
     # -- async twins -------------------------------------------------------------------------
@@ -383,7 +392,7 @@ class LeaseStoreContract:
             assert len(winners) == 1, winners
             assert not any(result.taken_over for result in results)
             assert {result.lease.holder for result in results} == {winners[0]}
-            assert list(Lease.objects.filter(tenant=TENANT, key=key).values_list("holder", flat=True)) == winners
+            assert [self.stored(key).holder] == winners
 
     @pytest.mark.django_db(transaction=True)
     def test_threads_taking_over_one_expired_lease_at_once_make_exactly_one_holder(self, store: Any) -> None:
@@ -401,7 +410,7 @@ class LeaseStoreContract:
             assert len(winners) == 1, [result.lease.holder for result in winners]
             assert (winners[0].taken_over, winners[0].previous_holder) == (True, "crashed")
             assert {result.lease.holder for result in results} == {winners[0].lease.holder}
-            assert Lease.objects.get(tenant=TENANT, key=key).holder == winners[0].lease.holder
+            assert self.stored(key).holder == winners[0].lease.holder
 
     @pytest.mark.django_db(transaction=True)
     def test_processes_contending_for_many_keys_make_one_holder_each(self, store: Any) -> None:
@@ -415,10 +424,10 @@ class LeaseStoreContract:
                 if store.acquire(TENANT, f"race:process:{index}", f"process-{worker}", ttl=30).acquired
             ]
 
-        results = run_in_processes(processes, try_every_key)
+        results = self.family.run_in_processes(processes, try_every_key)
         assert_no_errors(results)
         won = sorted(key for worker_keys in results for key in worker_keys)
         assert won == sorted(f"race:process:{index}" for index in range(key_count))
         for worker, worker_keys in enumerate(results):
-            held = Lease.objects.filter(tenant=TENANT, key__in=worker_keys).values_list("holder", flat=True)
-            assert set(held) <= {f"process-{worker}"}
+            held = [lease.holder for lease in store.get(TENANT, worker_keys, now=DAWN)]
+            assert len(held) == len(worker_keys) and set(held) <= {f"process-{worker}"}
