@@ -15,8 +15,10 @@ from agent_persistence.testing.checkpoints import CheckpointStoreContract
 from agent_persistence.testing.conversations import ConversationStoreContract
 from agent_persistence.testing.events import EventStoreContract
 from agent_persistence.testing.family import Stores, memory_stores
+from agent_persistence.testing.interrupts import InterruptStoreContract
 from agent_persistence.testing.leases import LeaseStoreContract
 from agent_persistence.testing.recordings import RecordingStoreContract
+from agent_persistence.testing.runs import RunStoreContract
 from agent_persistence.testing.supervision import SupervisionStoreContract
 
 
@@ -53,4 +55,12 @@ class TestMemoryEventStore(MemoryFamily, EventStoreContract):
 
 
 class TestMemoryLeaseStore(MemoryFamily, LeaseStoreContract):
+    pass
+
+
+class TestMemoryRunStore(MemoryFamily, RunStoreContract):
+    pass
+
+
+class TestMemoryInterruptStore(MemoryFamily, InterruptStoreContract):
     pass

@@ -135,6 +135,10 @@ class FamilyContract:
         """The conversation's supervision row, or None."""
         return self.family.supervision.read(conversation.pk)
 
+    def claim_epoch(self, conversation: Any, epoch: int) -> None:
+        """Make ``epoch`` hold the conversation's running turn (a stand-in for a producer's claim)."""
+        claim_at(self.family, conversation, epoch)
+
     def when_dead(self, conversation: Any) -> datetime:
         """A moment at which the conversation's current producer reads as dead."""
         return self.row_of(conversation).heartbeat_at + timedelta(seconds=app_settings.DEAD_AFTER + 1)

@@ -1,9 +1,10 @@
 """The contract of an interrupt store: every rule of :class:`~agent_persistence.stores.interrupts.InterruptStore`.
 
-Subclass :class:`InterruptStoreContract` and override ``make_store()`` to run
-it against another backend. Conversations, runs and supervision claims are set
-up with the ORM, so the suite depends on no other store; races run in real
-threads on committed data.
+Subclass :class:`InterruptStoreContract` and override ``make_stores()`` (the
+family) or ``make_store()`` to run it against another backend. Conversations,
+runs and supervision claims are set up through the family's other stores, and
+the suite asserts through the store API only; races run in real threads on
+committed data.
 """
 
 from __future__ import annotations
@@ -20,41 +21,46 @@ from ..exceptions import Conflict, ConversationNotOwned, Fenced, Gone, NotFound,
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Run, RunStatus
 from .concurrency import run_in_threads
-from .runs import OWNER, READER, STRANGER, claim, make_conversation
+from .family import FamilyContract, frozen_clock, new_run, record_of
+from .runs import OWNER, READER, STRANGER
 
 
-def make_run(conversation: Conversation, *, status: str = RunStatus.RUNNING) -> Run:
-    finished_at = None if status in (RunStatus.RUNNING, RunStatus.INTERRUPTED) else timezone.now()
-    return Run.objects.create(conversation=conversation, message_id=uuid7(), status=status, finished_at=finished_at)
-
-
-def stored(interrupt_id: uuid.UUID) -> dict[str, Any]:
-    """The columns of the interrupt as the database holds them now."""
-    return Interrupt.objects.filter(pk=interrupt_id).values().get()
-
-
-def statuses(conversation: Conversation) -> dict[uuid.UUID, str]:
-    return dict(Interrupt.objects.filter(conversation=conversation).values_list("pk", "status"))
-
-
-class InterruptStoreContract:
+class InterruptStoreContract(FamilyContract):
     """The behaviour every interrupt store must have, on every database it supports."""
 
     RACE_ROUNDS = 6
     RACE_THREADS = 8
 
     def make_store(self) -> Any:
-        from ..stores.interrupts import InterruptStore
-
-        return InterruptStore()
+        return self.family.interrupts
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self, stores: Any) -> Any:
         return self.make_store()
+
+    def make_run(self, conversation: Conversation, *, status: str = RunStatus.RUNNING) -> Run:
+        """A run of the conversation in ``status``, through the family's run store."""
+        runs = self.family.runs
+        run = new_run(self.family, conversation)
+        if status == RunStatus.INTERRUPTED:
+            run = runs.set_status(OWNER, run.pk, status)
+        elif status != RunStatus.RUNNING:
+            run = runs.finish(OWNER, run.pk, status)
+        return run
+
+    def stored(self, interrupt_id: uuid.UUID, scope: Any = OWNER) -> dict[str, Any]:
+        """Every field of the interrupt as the store holds it now."""
+        return record_of(self.family.interrupts.get(scope, interrupt_id))
+
+    def statuses(self, conversation: Conversation) -> dict[uuid.UUID, str]:
+        return {interrupt.pk: interrupt.status for interrupt in self.family.interrupts.list(OWNER, conversation.pk)}
+
+    def interrupt_count(self, *conversations: Conversation) -> int:
+        return sum(len(self.family.interrupts.list(OWNER, conversation.pk)) for conversation in conversations)
 
     def ask(self, store: Any, conversation: Conversation, run: Run | None = None, **options: Any) -> Interrupt:
         """A new pending interrupt of ``run`` (a fresh run of the conversation when None)."""
-        run = run or make_run(conversation)
+        run = run or self.make_run(conversation)
         options.setdefault("kind", "tool_approval")
         return store.create(OWNER, conversation.pk, id=options.pop("id", uuid7()), run_id=run.pk, **options)
 
@@ -62,9 +68,9 @@ class InterruptStoreContract:
 
     @pytest.mark.django_db
     def test_create_inserts_a_pending_interrupt(self, store: Any) -> None:
-        conversation = make_conversation()
-        claim(conversation, 4)
-        run = make_run(conversation)
+        conversation = self.new_conversation()
+        self.claim_epoch(conversation, 4)
+        run = self.make_run(conversation)
         interrupt_id = uuid7()
         expires_at = timezone.now() + timedelta(hours=1)
         payload = {"tool": "delete_file", "args": {"path": "/tmp/x"}, "when": "2024-01-01"}
@@ -73,7 +79,7 @@ class InterruptStoreContract:
             payload=payload, expires_at=expires_at, epoch=4,
         )
         assert interrupt.pk == interrupt_id
-        row = stored(interrupt_id)
+        row = self.stored(interrupt_id)
         assert (row["run_id"], row["conversation_id"], row["kind"], row["status"]) == (
             run.pk, conversation.pk, "tool_approval", "pending"
         )
@@ -84,22 +90,22 @@ class InterruptStoreContract:
 
     @pytest.mark.django_db
     def test_a_second_create_returns_the_original(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         first = self.ask(store, conversation, payload={"n": 1})
         again = store.create(
-            OWNER, conversation.pk, id=first.pk, run_id=make_run(conversation).pk, kind="generic", payload={"n": 2}
+            OWNER, conversation.pk, id=first.pk, run_id=self.make_run(conversation).pk, kind="generic", payload={"n": 2}
         )
         assert (again.run_id, again.kind, again.payload) == (first.run_id, "tool_approval", {"n": 1})
         store.commit_batch(OWNER, conversation.pk, [{"id": first.pk, "response": True}])
         resolved = store.create(OWNER, conversation.pk, id=first.pk, run_id=first.run_id, kind="generic")
         assert resolved.status == "resolved"
-        assert Interrupt.objects.count() == 1
+        assert self.interrupt_count(conversation) == 1
 
     @pytest.mark.django_db
     def test_create_checks_the_run_and_the_id(self, store: Any) -> None:
-        conversation, other = make_conversation(), make_conversation()
+        conversation, other = self.new_conversation(), self.new_conversation()
         with pytest.raises(NotFound) as caught:
-            self.ask(store, conversation, make_run(other))
+            self.ask(store, conversation, self.make_run(other))
         assert caught.value.code == "run_not_found"
         for unknown in (uuid7(), "not-a-run", 7):
             with pytest.raises(NotFound) as caught:
@@ -107,14 +113,14 @@ class InterruptStoreContract:
             assert caught.value.code == "run_not_found"
         for status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED):
             with pytest.raises(Conflict) as caught:
-                self.ask(store, conversation, make_run(conversation, status=status))
+                self.ask(store, conversation, self.make_run(conversation, status=status))
             assert caught.value.code == "run_finished"
-        assert self.ask(store, conversation, make_run(conversation, status=RunStatus.INTERRUPTED)).status == "pending"
+        assert self.ask(store, conversation, self.make_run(conversation, status=RunStatus.INTERRUPTED)).status == "pending"
         theirs = self.ask(store, other)
         with pytest.raises(Conflict) as caught:
             self.ask(store, conversation, id=theirs.pk)
         assert caught.value.code == "interrupt_id_taken"
-        assert Interrupt.objects.count() == 2
+        assert self.interrupt_count(conversation, other) == 2
 
     @pytest.mark.django_db
     @pytest.mark.parametrize(
@@ -133,48 +139,48 @@ class InterruptStoreContract:
         ],
     )
     def test_bad_input_is_validation_and_writes_nothing(self, store: Any, bad: dict[str, Any]) -> None:
-        conversation = make_conversation()
-        arguments = {"id": uuid7(), "run_id": make_run(conversation).pk, "kind": "generic", **bad}
+        conversation = self.new_conversation()
+        arguments = {"id": uuid7(), "run_id": self.make_run(conversation).pk, "kind": "generic", **bad}
         with pytest.raises(Validation):
             store.create(OWNER, conversation.pk, **arguments)
-        assert not Interrupt.objects.exists()
+        assert self.interrupt_count(conversation) == 0
 
     @pytest.mark.django_db
     def test_payloads_and_responses_over_the_limit_are_storage_limit(self, store: Any, settings: Any) -> None:
         settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "MAX_MESSAGE_BYTES": 100}
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         with pytest.raises(StorageLimit):
             self.ask(store, conversation, payload={"text": "x" * 100})
-        assert not Interrupt.objects.exists()
+        assert self.interrupt_count(conversation) == 0
         interrupt = self.ask(store, conversation, payload={"text": "x" * 50})
         with pytest.raises(StorageLimit):
             store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": "y" * 100}])
-        assert stored(interrupt.pk)["status"] == "pending"
+        assert self.stored(interrupt.pk)["status"] == "pending"
 
     @pytest.mark.django_db
     def test_only_the_owner_creates_interrupts(self, store: Any) -> None:
-        shared = make_conversation(shared=True)
-        run = make_run(shared)
+        shared = self.new_conversation(shared=True)
+        run = self.make_run(shared)
         with pytest.raises(ConversationNotOwned):
             store.create(READER, shared.pk, id=uuid7(), run_id=run.pk, kind="generic")
         with pytest.raises(NotFound):
             store.create(STRANGER, shared.pk, id=uuid7(), run_id=run.pk, kind="generic")
-        assert not Interrupt.objects.exists()
+        assert self.interrupt_count(shared) == 0
 
     @pytest.mark.django_db
     def test_create_with_a_stale_epoch_is_fenced_and_writes_nothing(self, store: Any) -> None:
-        conversation = make_conversation()
-        run = make_run(conversation)
-        claim(conversation, 2)
+        conversation = self.new_conversation()
+        run = self.make_run(conversation)
+        self.claim_epoch(conversation, 2)
         with pytest.raises(Fenced):
             self.ask(store, conversation, run, epoch=1)
-        assert not Interrupt.objects.exists()
+        assert self.interrupt_count(conversation) == 0
         assert self.ask(store, conversation, run, epoch=2).epoch == 2
 
     @pytest.mark.django_db(transaction=True)
     def test_concurrent_creates_of_one_id_insert_one_row_and_agree(self, store: Any) -> None:
-        conversation = make_conversation()
-        runs = [make_run(conversation) for _ in range(self.RACE_THREADS)]
+        conversation = self.new_conversation()
+        runs = [self.make_run(conversation) for _ in range(self.RACE_THREADS)]
         for _ in range(self.RACE_ROUNDS):
             interrupt_id = uuid7()
 
@@ -186,18 +192,18 @@ class InterruptStoreContract:
 
             outcomes = run_in_threads(self.RACE_THREADS, create)
             assert len(set(outcomes)) == 1, outcomes
-            assert stored(interrupt_id)["run_id"] == outcomes[0][1]
+            assert self.stored(interrupt_id)["run_id"] == outcomes[0][1]
 
     @pytest.mark.django_db(transaction=True)
     def test_a_claim_racing_producer_creates_fences_them_without_deadlock(self, store: Any) -> None:
         for _ in range(self.RACE_ROUNDS):
-            conversation = make_conversation()
-            run = make_run(conversation)
-            claim(conversation, 1)
+            conversation = self.new_conversation()
+            run = self.make_run(conversation)
+            self.claim_epoch(conversation, 1)
 
             def create_or_claim(index: int) -> int:
                 if index == 0:
-                    claim(conversation, 2)
+                    self.claim_epoch(conversation, 2)
                     return 0
                 created = 0
                 for _ in range(3):
@@ -210,18 +216,19 @@ class InterruptStoreContract:
 
             outcomes = run_in_threads(self.RACE_THREADS, create_or_claim)
             assert all(isinstance(o, int) for o in outcomes), outcomes  # no deadlock, no driver error
-            assert Interrupt.objects.filter(conversation=conversation).count() == sum(outcomes)
+            assert self.interrupt_count(conversation) == sum(outcomes)
 
     # -- reading ----------------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_reads_follow_the_conversation_read_rule_and_order(self, store: Any) -> None:
-        conversation, private = make_conversation(shared=True), make_conversation()
-        first_run, second_run = make_run(conversation), make_run(conversation)
-        asked = [self.ask(store, conversation, run) for run in (first_run, second_run, first_run)]
+        conversation, private = self.new_conversation(shared=True), self.new_conversation()
+        first_run, second_run = self.make_run(conversation), self.make_run(conversation)
         now = timezone.now()
-        for offset, interrupt in zip((2, 0, 1), asked):
-            Interrupt.objects.filter(pk=interrupt.pk).update(requested_at=now + timedelta(seconds=offset))
+        asked = []
+        for offset, run in zip((2, 0, 1), (first_run, second_run, first_run)):
+            with frozen_clock(now + timedelta(seconds=offset)):
+                asked.append(self.ask(store, conversation, run))
         hidden = self.ask(store, private)
         assert [i.pk for i in store.list(READER, conversation.pk)] == [asked[1].pk, asked[2].pk, asked[0].pk]
         assert [i.pk for i in store.list(OWNER, conversation.pk, run_id=first_run.pk)] == [asked[2].pk, asked[0].pk]
@@ -242,7 +249,7 @@ class InterruptStoreContract:
 
     @pytest.mark.django_db
     def test_pending_and_has_pending_follow_the_commits(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         assert store.has_pending(conversation.pk) is False and store.pending(OWNER, conversation.pk) == []
         first, second = self.ask(store, conversation), self.ask(store, conversation)
         assert store.has_pending(str(conversation.pk)) is True
@@ -255,7 +262,7 @@ class InterruptStoreContract:
 
     @pytest.mark.django_db
     def test_commit_batch_resolves_every_pending_interrupt_at_once(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         first, second = self.ask(store, conversation), self.ask(store, conversation, kind="client_tool")
         now = timezone.now()
         answers = [{"id": str(second.pk), "response": {"result": [1, "two"]}}, {"id": first.pk, "response": False}]
@@ -263,18 +270,18 @@ class InterruptStoreContract:
         assert [i.pk for i in outcome] == [second.pk, first.pk]
         assert [i.response for i in outcome] == [{"result": [1, "two"]}, False]
         for interrupt in outcome:
-            row = stored(interrupt.pk)
+            row = self.stored(interrupt.pk)
             assert row["status"] == "resolved" and row["resolved_at"] == now and row["resolved_by"] == OWNER.user
         third = self.ask(store, conversation)
         assert store.commit_batch(OWNER, conversation.pk, [{"id": third.pk, "response": None}], resolved_by="ops")[
             0
         ].resolved_by == "ops"
-        assert stored(third.pk)["status"] == "resolved" and stored(third.pk)["response"] is None
-        assert store.commit_batch(OWNER, make_conversation().pk, []) == []
+        assert self.stored(third.pk)["status"] == "resolved" and self.stored(third.pk)["response"] is None
+        assert store.commit_batch(OWNER, self.new_conversation().pk, []) == []
 
     @pytest.mark.django_db
     def test_a_batch_leaving_a_pending_interrupt_unanswered_writes_nothing(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         first, second, third = (self.ask(store, conversation) for _ in range(3))
         with pytest.raises(Validation) as caught:
             store.commit_batch(OWNER, conversation.pk, [{"id": second.pk, "response": "yes"}])
@@ -283,11 +290,11 @@ class InterruptStoreContract:
         with pytest.raises(Validation) as caught:
             store.commit_batch(OWNER, conversation.pk, [])
         assert caught.value.code == "unanswered_interrupts"
-        assert set(statuses(conversation).values()) == {"pending"}
+        assert set(self.statuses(conversation).values()) == {"pending"}
 
     @pytest.mark.django_db
     def test_a_batch_naming_an_unknown_interrupt_writes_nothing(self, store: Any) -> None:
-        conversation, other = make_conversation(), make_conversation()
+        conversation, other = self.new_conversation(), self.new_conversation()
         mine, theirs = self.ask(store, conversation), self.ask(store, other)
         for unknown in (uuid7(), theirs.pk, "not-an-id", None):
             with pytest.raises(NotFound) as caught:
@@ -295,11 +302,11 @@ class InterruptStoreContract:
                     OWNER, conversation.pk, [{"id": mine.pk, "response": 1}, {"id": unknown, "response": 2}]
                 )
             assert caught.value.code == "interrupt_not_found"
-        assert stored(mine.pk)["status"] == "pending" and stored(theirs.pk)["status"] == "pending"
+        assert self.stored(mine.pk)["status"] == "pending" and self.stored(theirs.pk)["status"] == "pending"
 
     @pytest.mark.django_db
     def test_a_batch_answering_one_interrupt_twice_writes_nothing(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         first, second = self.ask(store, conversation), self.ask(store, conversation)
         answers = [
             {"id": first.pk, "response": 1},
@@ -309,7 +316,7 @@ class InterruptStoreContract:
         with pytest.raises(Validation) as caught:
             store.commit_batch(OWNER, conversation.pk, answers)
         assert caught.value.code == "duplicate_answer"
-        assert set(statuses(conversation).values()) == {"pending"}
+        assert set(self.statuses(conversation).values()) == {"pending"}
 
     @pytest.mark.django_db
     @pytest.mark.parametrize(
@@ -325,7 +332,7 @@ class InterruptStoreContract:
         ],
     )
     def test_a_malformed_batch_is_validation(self, store: Any, answers: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         interrupt = self.ask(store, conversation)
         if isinstance(answers, list):
             answers = [
@@ -334,11 +341,11 @@ class InterruptStoreContract:
             ]
         with pytest.raises(Validation):
             store.commit_batch(OWNER, conversation.pk, answers)
-        assert stored(interrupt.pk)["status"] == "pending"
+        assert self.stored(interrupt.pk)["status"] == "pending"
 
     @pytest.mark.django_db
     def test_a_repeated_identical_answer_returns_the_first_outcome(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         interrupt = self.ask(store, conversation)
         response = {"approved": True, "note": "go", "scores": [1, 2.5]}
         first = store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": response}])[0]
@@ -348,22 +355,22 @@ class InterruptStoreContract:
             OWNER, conversation.pk, [{"id": interrupt.pk, "response": same}], resolved_by="someone", now=later
         )[0]
         assert (again.response, again.resolved_at, again.resolved_by) == (response, first.resolved_at, OWNER.user)
-        assert stored(interrupt.pk)["resolved_at"] == first.resolved_at
+        assert self.stored(interrupt.pk)["resolved_at"] == first.resolved_at
 
     @pytest.mark.django_db
     def test_a_different_answer_to_an_answered_interrupt_is_a_conflict(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         interrupt = self.ask(store, conversation)
         store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": {"approved": True}}])
         for different in ({"approved": False}, {"approved": 1}, {"approved": True, "x": None}, [True], None):
             with pytest.raises(Conflict) as caught:
                 store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": different}])
             assert caught.value.code == "already_answered"
-        assert stored(interrupt.pk)["response"] == {"approved": True}
+        assert self.stored(interrupt.pk)["response"] == {"approved": True}
 
     @pytest.mark.django_db
     def test_a_batch_may_repeat_old_answers_beside_new_ones(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         old = self.ask(store, conversation)
         store.commit_batch(OWNER, conversation.pk, [{"id": old.pk, "response": "yes"}])
         new = self.ask(store, conversation)
@@ -378,7 +385,7 @@ class InterruptStoreContract:
 
     @pytest.mark.django_db
     def test_a_lapsed_interrupt_is_gone_and_the_batch_writes_nothing(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         now = timezone.now()
         live = self.ask(store, conversation, expires_at=now + timedelta(minutes=5))
         lapsed = self.ask(store, conversation, expires_at=now - timedelta(seconds=1))
@@ -388,7 +395,7 @@ class InterruptStoreContract:
         assert caught.value.code == "interrupt_expired"
         with pytest.raises(Gone):  # expires_at == now has lapsed too
             store.commit_batch(OWNER, conversation.pk, answers, now=live.expires_at)
-        assert set(statuses(conversation).values()) == {"pending"}
+        assert set(self.statuses(conversation).values()) == {"pending"}
         store.expire_lapsed(now=now)
         with pytest.raises(Gone):  # and stays gone once the sweep cancelled it
             store.commit_batch(OWNER, conversation.pk, answers, now=now)
@@ -396,17 +403,17 @@ class InterruptStoreContract:
 
     @pytest.mark.django_db
     def test_answering_a_cancelled_interrupt_is_a_conflict(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         interrupt = self.ask(store, conversation)
         store.cancel_pending(OWNER, conversation.pk)
         with pytest.raises(Conflict) as caught:
             store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": 1}])
         assert caught.value.code == "interrupt_cancelled"
-        assert stored(interrupt.pk)["status"] == "cancelled"
+        assert self.stored(interrupt.pk)["status"] == "cancelled"
 
     @pytest.mark.django_db
     def test_only_the_owner_answers(self, store: Any) -> None:
-        shared = make_conversation(shared=True)
+        shared = self.new_conversation(shared=True)
         interrupt = self.ask(store, shared)
         answers = [{"id": interrupt.pk, "response": 1}]
         with pytest.raises(ConversationNotOwned):
@@ -415,12 +422,12 @@ class InterruptStoreContract:
             store.commit_batch(STRANGER, shared.pk, answers)
         with pytest.raises(Validation):
             store.commit_batch(OWNER, shared.pk, answers, now="later")
-        assert stored(interrupt.pk)["status"] == "pending"
+        assert self.stored(interrupt.pk)["status"] == "pending"
 
     @pytest.mark.django_db(transaction=True)
     def test_concurrent_identical_batches_write_once_and_agree(self, store: Any) -> None:
         for _ in range(self.RACE_ROUNDS):
-            conversation = make_conversation()
+            conversation = self.new_conversation()
             asked = [self.ask(store, conversation) for _ in range(3)]
             answers = [{"id": i.pk, "response": {"approved": n % 2 == 0}} for n, i in enumerate(asked)]
 
@@ -432,14 +439,14 @@ class InterruptStoreContract:
             assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
             # One writer: every caller sees the same first outcome, the one stored.
             assert len({tuple(o) for o in outcomes}) == 1
-            rows = [stored(i.pk) for i in asked]
+            rows = [self.stored(i.pk) for i in asked]
             assert [(r["resolved_by"], r["resolved_at"]) for r in rows] == outcomes[0]
             assert len({r["resolved_by"] for r in rows}) == 1
 
     @pytest.mark.django_db(transaction=True)
     def test_of_concurrent_different_batches_exactly_one_wins(self, store: Any) -> None:
         for _ in range(self.RACE_ROUNDS):
-            conversation = make_conversation()
+            conversation = self.new_conversation()
             first, second = self.ask(store, conversation), self.ask(store, conversation)
 
             def answer(index: int) -> Any:
@@ -455,68 +462,68 @@ class InterruptStoreContract:
             outcomes = run_in_threads(self.RACE_THREADS, answer)
             winners = [o for o in outcomes if isinstance(o, int)]
             assert len(winners) == 1 and outcomes.count("already_answered") == self.RACE_THREADS - 1, outcomes
-            assert stored(first.pk)["response"] == {"choice": winners[0]}
-            assert stored(second.pk)["response"] == winners[0]
+            assert self.stored(first.pk)["response"] == {"choice": winners[0]}
+            assert self.stored(second.pk)["response"] == winners[0]
 
     # -- cancelling and the lapse sweep -----------------------------------------------------
 
     @pytest.mark.django_db
     def test_cancel_pending_cancels_the_pending_ones_only(self, store: Any) -> None:
-        conversation = make_conversation()
-        run, other_run = make_run(conversation), make_run(conversation)
+        conversation = self.new_conversation()
+        run, other_run = self.make_run(conversation), self.make_run(conversation)
         answered = self.ask(store, conversation, run)
         store.commit_batch(OWNER, conversation.pk, [{"id": answered.pk, "response": "ok"}])
         of_run = [self.ask(store, conversation, run) for _ in range(2)]
         of_other = self.ask(store, conversation, other_run)
         assert store.cancel_pending(OWNER, conversation.pk, run_id=run.pk) == 2
         for interrupt in of_run:
-            row = stored(interrupt.pk)
+            row = self.stored(interrupt.pk)
             assert row["status"] == "cancelled" and row["resolved_at"] is not None and row["response"] is None
-        assert stored(of_other.pk)["status"] == "pending" and stored(answered.pk)["status"] == "resolved"
+        assert self.stored(of_other.pk)["status"] == "pending" and self.stored(answered.pk)["status"] == "resolved"
         assert store.cancel_pending(OWNER, conversation.pk) == 1
         assert store.cancel_pending(OWNER, conversation.pk) == 0
         assert store.has_pending(conversation.pk) is False
 
     @pytest.mark.django_db
     def test_cancel_pending_is_the_owners_and_fenced(self, store: Any) -> None:
-        conversation = make_conversation(shared=True)
+        conversation = self.new_conversation(shared=True)
         interrupt = self.ask(store, conversation)
         with pytest.raises(ConversationNotOwned):
             store.cancel_pending(READER, conversation.pk)
         with pytest.raises(NotFound):
             store.cancel_pending(STRANGER, conversation.pk)
-        claim(conversation, 3)
+        self.claim_epoch(conversation, 3)
         with pytest.raises(Fenced):
             store.cancel_pending(OWNER, conversation.pk, epoch=2)
         with pytest.raises(Validation):
             store.cancel_pending(OWNER, conversation.pk, run_id="x")
-        assert stored(interrupt.pk)["status"] == "pending"
+        assert self.stored(interrupt.pk)["status"] == "pending"
         assert store.cancel_pending(OWNER, conversation.pk, epoch=3) == 1
 
     @pytest.mark.django_db
     def test_expire_lapsed_cancels_lapsed_pending_interrupts_in_batches(self, store: Any, settings: Any) -> None:
         settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "SWEEP_BATCH_SIZE": 2}
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         now = timezone.now()
         lapsed = [self.ask(store, conversation, expires_at=now - timedelta(minutes=m)) for m in (1, 5, 3, 4, 2)]
         due_now = self.ask(store, conversation, expires_at=now)
         live = self.ask(store, conversation, expires_at=now + timedelta(seconds=1))
         forever = self.ask(store, conversation)
-        answered = self.ask(store, make_conversation(), expires_at=now - timedelta(hours=1))
+        answered = self.ask(store, self.new_conversation(), expires_at=now - timedelta(hours=1))
         store.commit_batch(
             OWNER, answered.conversation_id, [{"id": answered.pk, "response": 1}], now=now - timedelta(days=1)
         )
         assert store.expire_lapsed(now=now, limit=3) == 3
         # Earliest deadline first: -5, -4, -3 minutes.
-        assert {pk for pk, s in statuses(conversation).items() if s == "cancelled"} == {
+        assert {pk for pk, s in self.statuses(conversation).items() if s == "cancelled"} == {
             lapsed[1].pk, lapsed[3].pk, lapsed[2].pk
         }
         assert store.expire_lapsed(now=now) == 3
         for interrupt in (*lapsed, due_now):
-            row = stored(interrupt.pk)
+            row = self.stored(interrupt.pk)
             assert row["status"] == "cancelled" and row["response"] == {"expired": True} and row["resolved_at"] == now
-        assert stored(live.pk)["status"] == "pending" and stored(forever.pk)["status"] == "pending"
-        assert stored(answered.pk)["status"] == "resolved"
+        assert self.stored(live.pk)["status"] == "pending" and self.stored(forever.pk)["status"] == "pending"
+        assert self.stored(answered.pk)["status"] == "resolved"
         assert store.expire_lapsed(now=now) == 0
         with pytest.raises(Validation):
             store.expire_lapsed(limit=0)
@@ -525,8 +532,8 @@ class InterruptStoreContract:
 
     @pytest.mark.django_db(transaction=True)
     def test_async_twins_do_what_their_sync_methods_do(self, store: Any) -> None:
-        conversation = make_conversation()
-        run = make_run(conversation)
+        conversation = self.new_conversation()
+        run = self.make_run(conversation)
         interrupt_id = uuid7()
         created = async_to_sync(store.acreate)(OWNER, conversation.pk, id=interrupt_id, run_id=run.pk, kind="generic")
         assert created.pk == interrupt_id

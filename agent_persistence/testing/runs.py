@@ -1,9 +1,10 @@
 """The contract of a run store: every rule of :class:`~agent_persistence.stores.runs.RunStore`.
 
-Subclass :class:`RunStoreContract` and override ``make_store()`` to run it
-against another backend. Conversations and supervision claims are set up with
-the ORM, so the suite depends on no other store; races run in real threads
-(and forked processes) on committed data.
+Subclass :class:`RunStoreContract` and override ``make_stores()`` (the family)
+or ``make_store()`` to run it against another backend. Conversations and
+supervision claims are set up through the family's other stores, and the suite
+asserts through the store API only; races run in real threads (and forked
+processes, for a family whose state they share) on committed data.
 """
 
 from __future__ import annotations
@@ -14,45 +15,20 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import transaction
 from django.utils import timezone
 
 from ..exceptions import Conflict, ConversationNotOwned, Fenced, NotFound, StorageLimit, Validation
 from ..ids import uuid7
-from ..models import Conversation, Run, SupervisionStatus, TurnSupervision
+from ..models import Conversation, Run
 from ..scope import Scope
 from .actors import ALICE, BOB, MALLORY
-from .concurrency import run_in_processes, run_in_threads
+from .concurrency import run_in_threads
+from .family import FamilyContract, frozen_clock, record_of
 
 OWNER, READER, STRANGER = ALICE, BOB, MALLORY  # the owner, another user of her tenant, another tenant
 
 
-def make_conversation(scope: Scope = OWNER, *, shared: bool = False) -> Conversation:
-    return Conversation.objects.create(tenant=scope.tenant, owner=scope.user, shared=shared)
-
-
-def claim(conversation: Conversation, epoch: int) -> None:
-    """Stand in for the supervision store's claim: ``epoch`` now holds the conversation.
-
-    It takes the claim's locks in the claim's order (the supervision row, then
-    the conversation), so a race with producer writes shows a deadlock if a
-    store takes them the other way round.
-    """
-    with transaction.atomic():
-        TurnSupervision.objects.select_for_update().filter(conversation=conversation).first()
-        Conversation.objects.filter(pk=conversation.pk).update(epoch=epoch)
-        TurnSupervision.objects.update_or_create(
-            conversation=conversation,
-            defaults={"epoch": epoch, "status": SupervisionStatus.RUNNING, "message_id": uuid7()},
-        )
-
-
-def stored(run: Run) -> dict[str, Any]:
-    """The columns of the run as the database holds them now."""
-    return Run.objects.filter(pk=run.pk).values().get()
-
-
-class RunStoreContract:
+class RunStoreContract(FamilyContract):
     """The behaviour every run store must have, on every database it supports."""
 
     #: Rounds of each race; enough that a store without its conditional writes loses one.
@@ -60,62 +36,72 @@ class RunStoreContract:
     RACE_THREADS = 8
 
     def make_store(self) -> Any:
-        from ..stores.runs import RunStore
-
-        return RunStore()
+        return self.family.runs
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self, stores: Any) -> Any:
         return self.make_store()
+
+    def stored(self, run: Run, scope: Scope = OWNER) -> dict[str, Any]:
+        """Every field of the run as the store holds it now."""
+        return record_of(self.family.runs.get(scope, run.pk))
+
+    def run_count(self, *conversations: Conversation, scope: Scope = OWNER) -> int:
+        return sum(self.family.runs.list(scope, conversation.pk).total for conversation in conversations)
 
     def start_run(self, store: Any, conversation: Conversation, **options: Any) -> Run:
         options.setdefault("message_id", uuid7())
         return store.create_or_resume(OWNER, conversation.pk, id=options.pop("id", uuid7()), **options)
 
+    def start_run_at(self, store: Any, conversation: Conversation, started_at: Any, **options: Any) -> Run:
+        """A run started at ``started_at`` (the clock is frozen there while it is created)."""
+        with frozen_clock(started_at):
+            return self.start_run(store, conversation, **options)
+
     # -- create_or_resume -------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_create_inserts_a_running_run_with_its_epoch(self, store: Any) -> None:
-        conversation = make_conversation()
-        claim(conversation, 3)
+        conversation = self.new_conversation()
+        self.claim_epoch(conversation, 3)
         run_id, turn_id = uuid7(), uuid7()
         run = store.create_or_resume(OWNER, conversation.pk, id=run_id, message_id=turn_id, name="planner", epoch=3)
         assert (run.pk, run.conversation_id, run.message_id, run.name) == (run_id, conversation.pk, turn_id, "planner")
-        row = stored(run)
+        row = self.stored(run)
         assert row["status"] == "running" and row["epoch"] == 3
         assert row["finished_at"] is None and row["error"] is None and row["detached_since"] is None
         assert row["usage"] == {} and row["cancel_requested"] is False and row["parent_id"] is None
 
     @pytest.mark.django_db
     def test_create_accepts_ids_as_text(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         run_id = uuid7()
         run = store.create_or_resume(OWNER, str(conversation.pk), id=str(run_id), message_id=str(uuid7()))
         assert run.pk == run_id and run.epoch == 0
 
     @pytest.mark.django_db
     def test_second_call_returns_the_original_unchanged(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         first = self.start_run(store, conversation, name="first")
         again = store.create_or_resume(OWNER, conversation.pk, id=first.pk, message_id=uuid7(), name="second")
         assert again.pk == first.pk
         assert (again.name, again.message_id, again.started_at) == ("first", first.message_id, first.started_at)
-        assert stored(first)["name"] == "first"
-        assert Run.objects.count() == 1
+        assert self.stored(first)["name"] == "first"
+        assert self.run_count(conversation) == 1
 
     @pytest.mark.django_db
     def test_a_finished_run_is_never_resurrected(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         for status in ("completed", "failed", "aborted"):
             run = self.start_run(store, conversation)
             store.finish(OWNER, run.pk, status)
             again = store.create_or_resume(OWNER, conversation.pk, id=run.pk, message_id=run.message_id)
             assert again.status == status and again.finished_at is not None
-            assert stored(run)["status"] == status
+            assert self.stored(run)["status"] == status
 
     @pytest.mark.django_db
     def test_an_interrupted_run_stays_interrupted_when_resumed_by_id(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         run = self.start_run(store, conversation)
         store.set_status(OWNER, run.pk, "interrupted")
         again = store.create_or_resume(OWNER, conversation.pk, id=run.pk, message_id=run.message_id)
@@ -123,16 +109,17 @@ class RunStoreContract:
 
     @pytest.mark.django_db
     def test_an_id_of_another_conversation_is_a_conflict(self, store: Any) -> None:
-        mine, theirs = make_conversation(), make_conversation(STRANGER)
+        mine, theirs = self.new_conversation(), self.new_conversation(STRANGER)
         run = store.create_or_resume(STRANGER, theirs.pk, id=uuid7(), message_id=uuid7())
         with pytest.raises(Conflict) as caught:
             store.create_or_resume(OWNER, mine.pk, id=run.pk, message_id=uuid7())
         assert caught.value.code == "run_id_taken"
-        assert Run.objects.get().conversation_id == theirs.pk
+        assert self.stored(run, STRANGER)["conversation_id"] == theirs.pk
+        assert self.run_count(mine) == 0
 
     @pytest.mark.django_db
     def test_a_child_run_links_to_its_parent_of_the_same_conversation(self, store: Any) -> None:
-        conversation, other = make_conversation(), make_conversation()
+        conversation, other = self.new_conversation(), self.new_conversation()
         parent = self.start_run(store, conversation)
         child = self.start_run(store, conversation, parent_id=parent.pk, name="researcher")
         assert child.parent_id == parent.pk
@@ -141,12 +128,12 @@ class RunStoreContract:
             with pytest.raises(NotFound) as caught:
                 self.start_run(store, conversation, parent_id=parent_id)
             assert caught.value.code == "run_not_found"
-        assert Run.objects.count() == 3
+        assert self.run_count(conversation, other) == 3
 
     @pytest.mark.django_db
     def test_only_the_owner_creates_runs(self, store: Any) -> None:
-        shared = make_conversation(shared=True)
-        private = make_conversation()
+        shared = self.new_conversation(shared=True)
+        private = self.new_conversation()
         with pytest.raises(ConversationNotOwned):
             store.create_or_resume(READER, shared.pk, id=uuid7(), message_id=uuid7())
         for scope, conversation in ((READER, private), (STRANGER, shared), (STRANGER, private)):
@@ -154,7 +141,7 @@ class RunStoreContract:
                 store.create_or_resume(scope, conversation.pk, id=uuid7(), message_id=uuid7())
         with pytest.raises(NotFound):
             store.create_or_resume(OWNER, uuid7(), id=uuid7(), message_id=uuid7())
-        assert not Run.objects.exists()
+        assert self.run_count(shared, private) == 0
 
     @pytest.mark.django_db
     @pytest.mark.parametrize(
@@ -173,29 +160,30 @@ class RunStoreContract:
         ],
     )
     def test_bad_input_is_validation_and_writes_nothing(self, store: Any, bad: dict[str, Any]) -> None:
-        conversation = make_conversation()
-        claim(conversation, 1)
+        conversation = self.new_conversation()
+        self.claim_epoch(conversation, 1)
         arguments = {"id": uuid7(), "message_id": uuid7(), **bad}
         with pytest.raises(Validation):
             store.create_or_resume(OWNER, conversation.pk, **arguments)
-        assert not Run.objects.exists()
+        assert self.run_count(conversation) == 0
 
     @pytest.mark.django_db
     def test_create_with_a_stale_epoch_is_fenced_and_writes_nothing(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         with pytest.raises(Fenced):  # nobody has claimed the conversation
             self.start_run(store, conversation, epoch=1)
-        claim(conversation, 2)
+        self.claim_epoch(conversation, 2)
         with pytest.raises(Fenced):
             self.start_run(store, conversation, epoch=1)
-        TurnSupervision.objects.filter(conversation=conversation).update(status=SupervisionStatus.DONE)
+        row = self.row_of(conversation)
+        assert self.family.supervision.finish(conversation.pk, epoch=2, message_id=row.message_id, status="done")
         with pytest.raises(Fenced):  # a finished turn no longer holds the conversation
             self.start_run(store, conversation, epoch=2)
-        assert not Run.objects.exists()
+        assert self.run_count(conversation) == 0
 
     @pytest.mark.django_db(transaction=True)
     def test_concurrent_creates_of_one_id_insert_one_row_and_agree(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         for _ in range(self.RACE_ROUNDS):
             run_id, turn_id = uuid7(), uuid7()
 
@@ -206,13 +194,13 @@ class RunStoreContract:
             outcomes = run_in_threads(self.RACE_THREADS, create)
             assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
             assert len(set(outcomes)) == 1  # every caller got the winner's row
-            assert Run.objects.filter(pk=run_id).get().name == outcomes[0][1]
+            assert store.get(OWNER, run_id).name == outcomes[0][1]
 
     # -- reading ----------------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_get_follows_the_conversation_read_rule(self, store: Any) -> None:
-        shared, private = make_conversation(shared=True), make_conversation()
+        shared, private = self.new_conversation(shared=True), self.new_conversation()
         shared_run, private_run = self.start_run(store, shared), self.start_run(store, private)
         assert store.get(OWNER, private_run.pk).pk == private_run.pk
         assert store.get(READER, str(shared_run.pk)).pk == shared_run.pk
@@ -223,31 +211,29 @@ class RunStoreContract:
 
     @pytest.mark.django_db
     def test_find_active_run_returns_the_newest_running_run(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         assert store.find_active_run(OWNER, conversation.pk) is None
-        older, newer, parked, done = (self.start_run(store, conversation) for _ in range(4))
         now = timezone.now()
-        for offset, run in enumerate((older, newer, parked, done)):
-            Run.objects.filter(pk=run.pk).update(started_at=now + timedelta(seconds=offset))
+        older, newer, parked, done = (self.start_run_at(store, conversation, now + timedelta(seconds=offset)) for offset in range(4))
         store.set_status(OWNER, parked.pk, "interrupted")
         store.finish(OWNER, done.pk, "completed")
         assert store.find_active_run(OWNER, conversation.pk).pk == newer.pk
         # Same start: the larger id is the newer one.
-        twin = self.start_run(store, conversation, id=uuid.UUID(int=newer.pk.int + 1))
-        Run.objects.filter(pk=twin.pk).update(started_at=now + timedelta(seconds=1))
+        twin = self.start_run_at(store, conversation, now + timedelta(seconds=1), id=uuid.UUID(int=newer.pk.int + 1))
         assert store.find_active_run(OWNER, conversation.pk).pk == twin.pk
         with pytest.raises(NotFound):
             store.find_active_run(STRANGER, conversation.pk)
 
     @pytest.mark.django_db
     def test_list_pages_the_runs_newest_first_and_filters_by_turn(self, store: Any) -> None:
-        conversation, other = make_conversation(), make_conversation()
+        conversation, other = self.new_conversation(), self.new_conversation()
         turn = uuid7()
-        runs = [self.start_run(store, conversation, message_id=turn if i % 2 else uuid7()) for i in range(5)]
-        self.start_run(store, other)
         now = timezone.now()
-        for offset, run in enumerate(runs):
-            Run.objects.filter(pk=run.pk).update(started_at=now + timedelta(seconds=offset))
+        runs = [
+            self.start_run_at(store, conversation, now + timedelta(seconds=i), message_id=turn if i % 2 else uuid7())
+            for i in range(5)
+        ]
+        self.start_run(store, other)
         page = store.list(OWNER, conversation.pk, limit=2, offset=1)
         assert [r.pk for r in page.items] == [runs[3].pk, runs[2].pk]
         assert (page.total, page.limit, page.offset, page.has_more) == (5, 2, 1, True)
@@ -262,13 +248,14 @@ class RunStoreContract:
 
     @pytest.mark.django_db
     def test_children_are_the_subagent_runs_oldest_first(self, store: Any) -> None:
-        conversation = make_conversation(shared=True)
+        conversation = self.new_conversation(shared=True)
         parent = self.start_run(store, conversation)
-        kids = [self.start_run(store, conversation, parent_id=parent.pk, name=f"kid{i}") for i in range(3)]
-        self.start_run(store, conversation, parent_id=kids[0].pk)  # a grandchild is not a child
         now = timezone.now()
-        for offset, kid in zip((2, 0, 1), kids):
-            Run.objects.filter(pk=kid.pk).update(started_at=now + timedelta(seconds=offset))
+        kids = [
+            self.start_run_at(store, conversation, now + timedelta(seconds=offset), parent_id=parent.pk, name=f"kid{i}")
+            for i, offset in enumerate((2, 0, 1))
+        ]
+        self.start_run(store, conversation, parent_id=kids[0].pk)  # a grandchild is not a child
         assert [r.pk for r in store.children(READER, parent.pk)] == [kids[1].pk, kids[2].pk, kids[0].pk]
         assert store.children(OWNER, kids[1].pk) == []
         with pytest.raises(NotFound):
@@ -278,13 +265,13 @@ class RunStoreContract:
 
     @pytest.mark.django_db
     def test_add_usage_accumulates_counters_across_calls(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         run = self.start_run(store, conversation)
         store.add_usage(OWNER, run.pk, {"input_tokens": 10, "output_tokens": 5})
         store.add_usage(OWNER, run.pk, {"input_tokens": 7, "cost": 0.25})
         run = store.add_usage(OWNER, run.pk, {"cost": 0.5})
         assert run.usage == {"input_tokens": 17, "output_tokens": 5, "cost": 0.75}
-        assert stored(run)["usage"] == run.usage
+        assert self.stored(run)["usage"] == run.usage
 
     @pytest.mark.django_db
     @pytest.mark.parametrize(
@@ -293,42 +280,42 @@ class RunStoreContract:
          {"tokens": -1}, {1: 2}, {"tok\x00ens": 1}, {"tokens": None}, {"tokens": {"nested": 1}}],
     )
     def test_add_usage_refuses_what_is_not_counters(self, store: Any, usage: Any) -> None:
-        run = self.start_run(store, make_conversation())
+        run = self.start_run(store, self.new_conversation())
         store.add_usage(OWNER, run.pk, {"tokens": 1})
         with pytest.raises(Validation):
             store.add_usage(OWNER, run.pk, usage)
-        assert stored(run)["usage"] == {"tokens": 1}
+        assert self.stored(run)["usage"] == {"tokens": 1}
 
     @pytest.mark.django_db
     def test_add_usage_on_a_finished_run_is_a_conflict_and_keeps_its_usage(self, store: Any) -> None:
-        run = self.start_run(store, make_conversation())
+        run = self.start_run(store, self.new_conversation())
         store.add_usage(OWNER, run.pk, {"tokens": 4})
         store.finish(OWNER, run.pk, "failed", error={"message": "boom", "code": "model_error"})
         with pytest.raises(Conflict) as caught:
             store.add_usage(OWNER, run.pk, {"tokens": 1})
         assert caught.value.code == "run_finished"
-        assert stored(run)["usage"] == {"tokens": 4}
+        assert self.stored(run)["usage"] == {"tokens": 4}
 
     @pytest.mark.django_db
     def test_add_usage_is_the_owners_and_fenced(self, store: Any) -> None:
-        conversation = make_conversation(shared=True)
-        claim(conversation, 1)
+        conversation = self.new_conversation(shared=True)
+        self.claim_epoch(conversation, 1)
         run = self.start_run(store, conversation, epoch=1)
         with pytest.raises(ConversationNotOwned):
             store.add_usage(READER, run.pk, {"tokens": 1})
         with pytest.raises(NotFound):
             store.add_usage(STRANGER, run.pk, {"tokens": 1})
         store.add_usage(OWNER, run.pk, {"tokens": 1}, epoch=1)
-        claim(conversation, 2)
+        self.claim_epoch(conversation, 2)
         with pytest.raises(Fenced):
             store.add_usage(OWNER, run.pk, {"tokens": 1}, epoch=1)
-        assert stored(run)["usage"] == {"tokens": 1}
+        assert self.stored(run)["usage"] == {"tokens": 1}
 
     @pytest.mark.django_db(transaction=True)
     def test_concurrent_add_usage_loses_nothing(self, store: Any) -> None:
         calls_per_thread = 5
         for _ in range(self.RACE_ROUNDS):
-            run = self.start_run(store, make_conversation())
+            run = self.start_run(store, self.new_conversation())
 
             def add(index: int) -> None:
                 for _ in range(calls_per_thread):
@@ -336,13 +323,13 @@ class RunStoreContract:
 
             outcomes = run_in_threads(self.RACE_THREADS, add)
             assert outcomes == [None] * self.RACE_THREADS
-            usage = stored(run)["usage"]
+            usage = self.stored(run)["usage"]
             assert usage["tokens"] == self.RACE_THREADS * calls_per_thread
             assert all(usage[f"thread{i}"] == 2 * calls_per_thread for i in range(self.RACE_THREADS))
 
     @pytest.mark.django_db(transaction=True)
     def test_add_usage_from_several_processes_loses_nothing(self, store: Any) -> None:
-        run = self.start_run(store, make_conversation())
+        run = self.start_run(store, self.new_conversation())
         processes, calls = 4, 5
 
         def add(index: int) -> int:
@@ -350,14 +337,14 @@ class RunStoreContract:
                 store.add_usage(OWNER, run.pk, {"tokens": 1})
             return index
 
-        outcomes = run_in_processes(processes, add)
+        outcomes = self.family.run_in_processes(processes, add)
         assert outcomes == list(range(processes)), outcomes
-        assert stored(run)["usage"] == {"tokens": processes * calls}
+        assert self.stored(run)["usage"] == {"tokens": processes * calls}
 
     @pytest.mark.django_db(transaction=True)
     def test_usage_added_around_finish_is_kept_exactly_when_accepted(self, store: Any) -> None:
         for _ in range(self.RACE_ROUNDS):
-            run = self.start_run(store, make_conversation())
+            run = self.start_run(store, self.new_conversation())
 
             def add_or_finish(index: int) -> str:
                 if index == 0:
@@ -371,13 +358,13 @@ class RunStoreContract:
 
             outcomes = run_in_threads(self.RACE_THREADS, add_or_finish)
             assert set(outcomes) <= {"finished", "added", "run_finished"}, outcomes
-            assert stored(run)["usage"].get("tokens", 0) == outcomes.count("added")
+            assert self.stored(run)["usage"].get("tokens", 0) == outcomes.count("added")
 
     # -- status -----------------------------------------------------------------------------
 
     @pytest.mark.django_db
     def test_finish_ends_an_open_run_once_with_its_error(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         run = self.start_run(store, conversation)
         error = {"message": "The model timed out.", "code": "timeout"}
         finished = store.finish(OWNER, run.pk, "failed", error=error)
@@ -386,7 +373,7 @@ class RunStoreContract:
             with pytest.raises(Conflict) as caught:
                 store.finish(OWNER, run.pk, status)
             assert caught.value.code == "run_finished"
-        row = stored(run)
+        row = self.stored(run)
         assert (row["status"], row["error"], row["finished_at"]) == ("failed", error, finished.finished_at)
         parked = self.start_run(store, conversation)
         store.set_status(OWNER, parked.pk, "interrupted")
@@ -408,37 +395,37 @@ class RunStoreContract:
         ],
     )
     def test_finish_refuses_a_bad_status_or_error(self, store: Any, status: Any, error: Any) -> None:
-        run = self.start_run(store, make_conversation())
+        run = self.start_run(store, self.new_conversation())
         with pytest.raises(Validation):
             store.finish(OWNER, run.pk, status, error=error)
-        assert stored(run)["status"] == "running"
+        assert self.stored(run)["status"] == "running"
 
     @pytest.mark.django_db
     def test_an_error_over_the_limit_is_storage_limit(self, store: Any, settings: Any) -> None:
         settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "MAX_EVENT_BYTES": 100}
-        run = self.start_run(store, make_conversation())
+        run = self.start_run(store, self.new_conversation())
         with pytest.raises(StorageLimit):
             store.finish(OWNER, run.pk, "failed", error={"message": "m" * 100, "code": "x"})
-        assert stored(run)["status"] == "running"
+        assert self.stored(run)["status"] == "running"
 
     @pytest.mark.django_db
     def test_finish_is_the_owners_and_fenced(self, store: Any) -> None:
-        conversation = make_conversation(shared=True)
-        claim(conversation, 1)
+        conversation = self.new_conversation(shared=True)
+        self.claim_epoch(conversation, 1)
         run = self.start_run(store, conversation, epoch=1)
         with pytest.raises(ConversationNotOwned):
             store.finish(READER, run.pk, "completed")
-        claim(conversation, 2)
+        self.claim_epoch(conversation, 2)
         with pytest.raises(Fenced):
             store.finish(OWNER, run.pk, "completed", epoch=1)
-        assert stored(run)["status"] == "running"
+        assert self.stored(run)["status"] == "running"
         assert store.finish(OWNER, run.pk, "completed", epoch=2).status == "completed"
 
     @pytest.mark.django_db(transaction=True)
     def test_of_concurrent_finishers_exactly_one_wins(self, store: Any) -> None:
         statuses = ("completed", "failed", "aborted")
         for _ in range(self.RACE_ROUNDS):
-            run = self.start_run(store, make_conversation())
+            run = self.start_run(store, self.new_conversation())
 
             def finish(index: int) -> str:
                 try:
@@ -449,12 +436,12 @@ class RunStoreContract:
             outcomes = run_in_threads(self.RACE_THREADS, finish)
             winners = [o for o in outcomes if o in statuses]
             assert len(winners) == 1 and outcomes.count("run_finished") == self.RACE_THREADS - 1, outcomes
-            assert stored(run)["status"] == winners[0]
+            assert self.stored(run)["status"] == winners[0]
 
     @pytest.mark.django_db
     def test_set_status_moves_between_running_and_interrupted_only(self, store: Any) -> None:
-        conversation = make_conversation()
-        claim(conversation, 1)
+        conversation = self.new_conversation()
+        self.claim_epoch(conversation, 1)
         run = self.start_run(store, conversation)
         assert store.set_status(OWNER, run.pk, "interrupted", epoch=1).status == "interrupted"
         assert store.set_status(OWNER, run.pk, "interrupted").status == "interrupted"
@@ -462,20 +449,20 @@ class RunStoreContract:
         for status in ("completed", "aborted", "paused", None):
             with pytest.raises(Validation):
                 store.set_status(OWNER, run.pk, status)
-        claim(conversation, 2)
+        self.claim_epoch(conversation, 2)
         with pytest.raises(Fenced):
             store.set_status(OWNER, run.pk, "interrupted", epoch=1)
-        assert stored(run)["status"] == "running"
+        assert self.stored(run)["status"] == "running"
         store.finish(OWNER, run.pk, "aborted")
         with pytest.raises(Conflict) as caught:
             store.set_status(OWNER, run.pk, "running")
-        assert caught.value.code == "run_finished" and stored(run)["status"] == "aborted"
+        assert caught.value.code == "run_finished" and self.stored(run)["status"] == "aborted"
 
     # -- detachment, cancellation, operator actions -----------------------------------------
 
     @pytest.mark.django_db
     def test_mark_detached_keeps_the_first_since_until_cleared(self, store: Any) -> None:
-        run = self.start_run(store, make_conversation())
+        run = self.start_run(store, self.new_conversation())
         since = timezone.now() - timedelta(minutes=5)
         assert store.mark_detached(OWNER, run.pk, since).detached_since == since
         assert store.mark_detached(OWNER, run.pk).detached_since == since
@@ -491,23 +478,23 @@ class RunStoreContract:
 
     @pytest.mark.django_db
     def test_detachment_is_the_owners_and_fenced(self, store: Any) -> None:
-        conversation = make_conversation(shared=True)
-        claim(conversation, 2)
+        conversation = self.new_conversation(shared=True)
+        self.claim_epoch(conversation, 2)
         run = self.start_run(store, conversation)
         with pytest.raises(ConversationNotOwned):
             store.mark_detached(READER, run.pk)
         with pytest.raises(Fenced):
             store.mark_detached(OWNER, run.pk, epoch=1)
-        assert stored(run)["detached_since"] is None
+        assert self.stored(run)["detached_since"] is None
         store.mark_detached(OWNER, run.pk, epoch=2)
         with pytest.raises(Fenced):
             store.clear_detached(OWNER, run.pk, epoch=1)
-        assert stored(run)["detached_since"] is not None
+        assert self.stored(run)["detached_since"] is not None
 
     @pytest.mark.django_db
     def test_request_cancel_flags_an_open_run_without_an_epoch(self, store: Any) -> None:
-        conversation = make_conversation(shared=True)
-        claim(conversation, 5)
+        conversation = self.new_conversation(shared=True)
+        self.claim_epoch(conversation, 5)
         run = self.start_run(store, conversation, epoch=5)
         assert store.is_cancel_requested(run.pk) is False
         with pytest.raises(ConversationNotOwned):
@@ -515,31 +502,31 @@ class RunStoreContract:
         with pytest.raises(NotFound):
             store.request_cancel(STRANGER, run.pk)
         assert store.is_cancel_requested(str(run.pk)) is False
-        claim(conversation, 6)  # a stop is not a producer write: a newer epoch does not refuse it
+        self.claim_epoch(conversation, 6)  # a stop is not a producer write: a newer epoch does not refuse it
         assert store.request_cancel(OWNER, run.pk).cancel_requested is True
         assert store.is_cancel_requested(run.pk) is True
         assert store.is_cancel_requested(uuid7()) is False
 
     @pytest.mark.django_db
     def test_request_cancel_leaves_a_finished_run_as_it_is(self, store: Any) -> None:
-        run = self.start_run(store, make_conversation())
+        run = self.start_run(store, self.new_conversation())
         store.finish(OWNER, run.pk, "completed")
         assert store.request_cancel(OWNER, run.pk).cancel_requested is False
         assert store.is_cancel_requested(run.pk) is False
 
     @pytest.mark.django_db
     def test_abort_stuck_aborts_an_open_run_once(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         run, parked, done = (self.start_run(store, conversation) for _ in range(3))
         store.set_status(OWNER, parked.pk, "interrupted")
         store.finish(OWNER, done.pk, "completed")
         assert store.abort_stuck(run.pk) is True
-        row = stored(run)
+        row = self.stored(run)
         assert row["status"] == "aborted" and row["finished_at"] is not None and row["error"]["code"] == "run_stuck"
         assert store.abort_stuck(run.pk) is False
         reason = {"message": "Operator stopped it.", "code": "operator"}
-        assert store.abort_stuck(str(parked.pk), error=reason) is True and stored(parked)["error"] == reason
-        assert store.abort_stuck(done.pk) is False and stored(done)["status"] == "completed"
+        assert store.abort_stuck(str(parked.pk), error=reason) is True and self.stored(parked)["error"] == reason
+        assert store.abort_stuck(done.pk) is False and self.stored(done)["status"] == "completed"
         assert store.abort_stuck(uuid7()) is False
         with pytest.raises(Validation):
             store.abort_stuck(done.pk, error={"message": "no code"})
@@ -549,13 +536,13 @@ class RunStoreContract:
     @pytest.mark.django_db(transaction=True)
     def test_a_claim_racing_producer_writes_leaves_only_accepted_writes(self, store: Any) -> None:
         for _ in range(self.RACE_ROUNDS):
-            conversation = make_conversation()
-            claim(conversation, 1)
+            conversation = self.new_conversation()
+            self.claim_epoch(conversation, 1)
             run = self.start_run(store, conversation, epoch=1)
 
             def write_or_claim(index: int) -> str:
                 if index == 0:
-                    claim(conversation, 2)
+                    self.claim_epoch(conversation, 2)
                     return "claimed"
                 accepted = 0
                 for _ in range(3):
@@ -568,19 +555,19 @@ class RunStoreContract:
 
             outcomes = run_in_threads(self.RACE_THREADS, write_or_claim)
             accepted = sum(int(o.split()[-1]) for o in outcomes[1:])
-            assert stored(run)["usage"].get("tokens", 0) == accepted, outcomes
+            assert self.stored(run)["usage"].get("tokens", 0) == accepted, outcomes
             with pytest.raises(Fenced):
                 store.add_usage(OWNER, run.pk, {"tokens": 1}, epoch=1)
 
     @pytest.mark.django_db(transaction=True)
     def test_a_claim_racing_producer_creates_fences_them_without_deadlock(self, store: Any) -> None:
         for _ in range(self.RACE_ROUNDS * 2):
-            conversation = make_conversation()
-            claim(conversation, 1)
+            conversation = self.new_conversation()
+            self.claim_epoch(conversation, 1)
 
             def create_or_claim(index: int) -> int:
                 if index == 0:
-                    claim(conversation, 2)
+                    self.claim_epoch(conversation, 2)
                     return 0
                 created = 0
                 for _ in range(3):
@@ -593,13 +580,13 @@ class RunStoreContract:
 
             outcomes = run_in_threads(self.RACE_THREADS, create_or_claim)
             assert all(isinstance(o, int) for o in outcomes), outcomes  # no deadlock, no driver error
-            assert Run.objects.filter(conversation=conversation).count() == sum(outcomes)
+            assert self.run_count(conversation) == sum(outcomes)
 
     # -- async twins ------------------------------------------------------------------------
 
     @pytest.mark.django_db(transaction=True)
     def test_async_twins_do_what_their_sync_methods_do(self, store: Any) -> None:
-        conversation = make_conversation()
+        conversation = self.new_conversation()
         run_id = uuid7()
         run = async_to_sync(store.acreate_or_resume)(OWNER, conversation.pk, id=run_id, message_id=uuid7())
         assert run.pk == run_id
