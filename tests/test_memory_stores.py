@@ -15,11 +15,13 @@ from agent_persistence.testing.checkpoints import CheckpointStoreContract
 from agent_persistence.testing.conversations import ConversationStoreContract
 from agent_persistence.testing.events import EventStoreContract
 from agent_persistence.testing.family import Stores, memory_stores
+from agent_persistence.testing.files import FileStoreContract
 from agent_persistence.testing.interrupts import InterruptStoreContract
 from agent_persistence.testing.leases import LeaseStoreContract
 from agent_persistence.testing.recordings import RecordingStoreContract
 from agent_persistence.testing.runs import RunStoreContract
 from agent_persistence.testing.supervision import SupervisionStoreContract
+from agent_persistence.testing.tasks import TaskStoreContract
 
 
 class MemoryFamily:
@@ -63,4 +65,12 @@ class TestMemoryRunStore(MemoryFamily, RunStoreContract):
 
 
 class TestMemoryInterruptStore(MemoryFamily, InterruptStoreContract):
+    pass
+
+
+class TestMemoryTaskStore(MemoryFamily, TaskStoreContract):
+    pass
+
+
+class TestMemoryFileStore(MemoryFamily, FileStoreContract):
     pass

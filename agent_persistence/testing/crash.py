@@ -28,9 +28,8 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 
 from ..conf import app_settings
-from ..models import Run
 from ..scope import Scope
-from ..stores import conversation_store
+from ..stores import conversation_store, run_store
 from .network import free_port
 
 
@@ -107,7 +106,8 @@ class ServerProcess:
 
 def session_for(username: str) -> str:
     """A session cookie value for ``username`` (what a login would give), for the websocket handshake."""
-    user = get_user_model().objects.get(**{get_user_model().USERNAME_FIELD: username})
+    user_model = get_user_model()
+    user = user_model._default_manager.get(**{user_model.USERNAME_FIELD: username})
     engine = import_module(settings.SESSION_ENGINE)
     session = engine.SessionStore()
     session[SESSION_KEY] = str(user.pk)
@@ -155,7 +155,8 @@ def compare(report: CrashReport, answer: str, received: str) -> None:
 
 async def run_crash_test(*, username: str, agent: str, kill_after_chars: int, timeout: float) -> CrashReport:
     report = CrashReport(kill_at_chars=kill_after_chars)
-    user = await sync_to_async(get_user_model().objects.get)(**{get_user_model().USERNAME_FIELD: username})
+    user_model = get_user_model()
+    user = await sync_to_async(user_model._default_manager.get)(**{user_model.USERNAME_FIELD: username})
     scope = Scope(tenant="", user=str(user.pk))
     conversation = await conversation_store().acreate(scope, id=uuid.uuid4(), agent=agent, title="crash test")
     cookie = await sync_to_async(session_for)(username)
@@ -183,9 +184,9 @@ async def run_crash_test(*, username: str, agent: str, kill_after_chars: int, ti
             report.takeover_seconds = follower.first_delta_after_kill - follower.killed_at
         report.stop_reason = follower.final.get("stop_reason", "") if follower.final else "none"
         compare(report, follower.final["message"]["content"] if follower.final else "", follower.text)
-        runs = await sync_to_async(list)(Run.objects.filter(conversation_id=conversation.pk).values_list("status", "error"))
-        report.finished_runs = sum(1 for status, _ in runs if status == "completed")
-        report.lost_runs = sum(1 for status, error in runs if error and error.get("code") == "producer_lost")
+        runs = (await run_store().alist(scope, conversation.pk, limit=app_settings.MAX_PAGE_SIZE)).items
+        report.finished_runs = sum(1 for run in runs if run.status == "completed")
+        report.lost_runs = sum(1 for run in runs if run.error and run.error.get("code") == "producer_lost")
     finally:
         for server in servers:
             server.kill()

@@ -47,7 +47,11 @@ class Stores:
     ``across_processes`` says whether the family's state is shared by forked
     processes (a database is; a process's memory is not): race tests that need
     several processes run their workers as threads when it is False.
-    ``content_exists`` tells whether a file record's content is still stored.
+    ``content_exists`` tells whether a file record's content is still stored,
+    ``stored_contents`` names every content the backend keeps (to prove a
+    failed save left none behind) and ``lose_content`` removes a record's
+    content behind the store's back: what the file store cannot show through
+    its own API, since an orphan is by definition out of its reach.
     """
 
     conversations: Any
@@ -61,7 +65,9 @@ class Stores:
     recordings: Any
     checkpoints: Any
     across_processes: bool = True
-    content_exists: Callable[[Any], bool] | None = None
+    content_exists: Callable[[Any], bool] = lambda record: False
+    stored_contents: Callable[[], set[Any]] = set
+    lose_content: Callable[[Any], None] = lambda record: None
 
     def run_in_processes(self, count: int, target: Callable[[int], Any], *, timeout: float = 120.0) -> list[Any]:
         """``target(i)`` in ``count`` OS processes, or threads when the family lives in one process's memory."""
@@ -70,8 +76,36 @@ class Stores:
         return run_in_threads(count, target, timeout=timeout)
 
 
+def _file_storage() -> Any:
+    from ..models import StoredFile
+
+    return StoredFile._meta.get_field("content").storage
+
+
 def _content_in_storage(record: Any) -> bool:
-    return bool(record.content.name) and record.content.storage.exists(record.content.name)
+    return bool(record.content.name) and _file_storage().exists(record.content.name)
+
+
+def _names_in_storage() -> set[str]:
+    """Every content name under the upload folder of the file storage."""
+    prefix = app_settings.FILE_UPLOAD_TO.split("%", 1)[0]
+    storage = _file_storage()
+    names: set[str] = set()
+    folders = [prefix.rsplit("/", 1)[0] if "/" in prefix else ""]
+    while folders:
+        folder = folders.pop()
+        try:
+            subfolders, files = storage.listdir(folder)
+        except FileNotFoundError:
+            continue
+        path = f"{folder}/" if folder else ""
+        folders.extend(path + name for name in subfolders)
+        names.update(path + name for name in files)
+    return names
+
+
+def _delete_from_storage(record: Any) -> None:
+    _file_storage().delete(record.content.name)
 
 
 def orm_stores() -> Stores:
@@ -100,6 +134,8 @@ def orm_stores() -> Stores:
         checkpoints=CheckpointStore(),
         across_processes=True,
         content_exists=_content_in_storage,
+        stored_contents=_names_in_storage,
+        lose_content=_delete_from_storage,
     )
 
 
@@ -257,4 +293,6 @@ def memory_stores(database: Any = None) -> Stores:
         checkpoints=MemoryCheckpointStore(db),
         across_processes=False,
         content_exists=lambda record: record.pk in db.file_contents,
+        stored_contents=lambda: set(db.file_contents),
+        lose_content=lambda record: db.file_contents.pop(record.pk, None),
     )

@@ -8,19 +8,17 @@
         def make_store(self):
             return MyFileStore()
 
-Records are made and inspected through the ORM and content through the
-``content`` field's storage, as the shipped store keeps them. Override
-:meth:`FileStoreContract.stored_names` if your backend keeps content where
-listing the upload folder does not find it.
+Records are made and inspected through the store API; what the API cannot
+show (that a failed save left no content behind, that a deleted record's
+content is gone) is asked of the family (``content_exists``,
+``stored_contents``; see :class:`~agent_persistence.testing.family.Stores`).
+Override ``make_stores()`` to run the suite on another family.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -30,8 +28,6 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.files.base import ContentFile, File
-from django.db import transaction
-from django.db.models.signals import post_delete
 from django.test import override_settings
 from django.utils import timezone
 
@@ -40,8 +36,9 @@ from ..exceptions import ConversationNotOwned, NotFound, StorageLimit, Validatio
 from ..ids import uuid7
 from ..models import Conversation, Message, StoredFile
 from ..scope import Scope
-from .actors import Actors
+from .actors import ALICE, Actors
 from .concurrency import run_in_threads
+from .family import FamilyContract, frozen_clock
 
 SAVE_RACE_ROUNDS = 4
 SAVE_RACE_SAVERS = 5
@@ -90,49 +87,51 @@ class _StreamWithHook:
         return chunk
 
 
-class FileStoreContract(Actors):
+class FileStoreContract(Actors, FamilyContract):
     """Every rule of a file store, checked on real transactions."""
 
     def make_store(self) -> Any:
-        from ..stores.files import FileStore
-
-        return FileStore()
+        return self.family.files
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self, stores: Any) -> Any:
         return self.make_store()
 
     # -- helpers ------------------------------------------------------------------------------
 
-    @property
-    def storage(self) -> Any:
-        return StoredFile._meta.get_field("content").storage
-
-    def upload_root(self) -> str:
-        prefix = app_settings.FILE_UPLOAD_TO.split("%", 1)[0]
-        return prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-
-    def stored_names(self) -> set[str]:
-        """Every content name under the upload folder of the storage."""
-        names: set[str] = set()
-        folders = [self.upload_root()]
-        while folders:
-            folder = folders.pop()
-            try:
-                subfolders, files = self.storage.listdir(folder)
-            except FileNotFoundError:
-                continue
-            prefix = f"{folder}/" if folder else ""
-            folders.extend(prefix + name for name in subfolders)
-            names.update(prefix + name for name in files)
-        return names
-
     def conversation(self, scope: Scope, *, shared: bool = False) -> Conversation:
-        return Conversation.objects.create(tenant=scope.tenant, owner=scope.user, shared=shared)
+        conversation = self.new_conversation(scope, shared=shared)
+        self.made = [*getattr(self, "made", []), conversation]
+        return conversation
 
     def message(self, conversation: Conversation) -> Message:
-        position = Message.objects.filter(conversation=conversation).count()
-        return Message.objects.create(conversation=conversation, position=position, role="user", content="hi")
+        owner = Scope(tenant=conversation.tenant, user=conversation.owner)
+        return self.family.conversations.append_message(owner, conversation.pk, role="user", content="hi")
+
+    def exists(self, record: Any, scope: Scope = ALICE) -> bool:
+        try:
+            self.family.files.get(scope, record.pk)
+        except NotFound:
+            return False
+        return True
+
+    def file_ids(self, conversation: Conversation, scope: Scope = ALICE) -> set[Any]:
+        return {record.pk for record in self.family.files.list(scope, conversation.pk, limit=app_settings.MAX_PAGE_SIZE).items}
+
+    def file_count(self) -> int:
+        """The file records of every conversation this test made (a deleted one holds none)."""
+        count = 0
+        for conversation in getattr(self, "made", []):
+            owner = Scope(tenant=conversation.tenant, user=conversation.owner)
+            try:
+                count += self.family.files.list(owner, conversation.pk, limit=1).total
+            except NotFound:
+                continue
+        return count
+
+    def delete_conversation(self, conversation: Conversation) -> None:
+        owner = Scope(tenant=conversation.tenant, user=conversation.owner)
+        self.family.conversations.delete(owner, conversation.pk)
 
     @contextmanager
     def limits(self, **values: Any) -> Iterator[None]:
@@ -141,11 +140,11 @@ class FileStoreContract(Actors):
 
     @contextmanager
     def nothing_stored(self) -> Iterator[None]:
-        """Asserts the block adds no file record and no content to the storage."""
-        records, names = StoredFile.objects.count(), self.stored_names()
+        """Asserts the block adds no file record and no content to the backend."""
+        records, names = self.file_count(), self.family.stored_contents()
         yield
-        assert StoredFile.objects.count() == records
-        assert self.stored_names() == names
+        assert self.file_count() == records
+        assert self.family.stored_contents() == names
 
     # -- save ---------------------------------------------------------------------------------
 
@@ -163,7 +162,7 @@ class FileStoreContract(Actors):
             expires_at=expires_at,
         )
         assert isinstance(record, StoredFile)
-        stored = StoredFile.objects.get(pk=record.pk)
+        stored = store.get(alice, record.pk)
         assert stored.conversation_id == conversation.pk
         assert stored.message_id is None
         assert stored.uploader == "alice"
@@ -172,9 +171,8 @@ class FileStoreContract(Actors):
         assert stored.content_type == "text/plain; charset=utf-8"
         assert stored.size == 5
         assert stored.expires_at == expires_at
-        assert self.storage.exists(stored.content.name)
-        with self.storage.open(stored.content.name, "rb") as stream:
-            assert stream.read() == b"hello"
+        assert self.family.content_exists(stored)
+        assert store.read(alice, record.pk) == b"hello"
 
     @pytest.mark.django_db
     def test_save_defaults(self, store: Any, alice: Scope) -> None:
@@ -237,6 +235,9 @@ class FileStoreContract(Actors):
     )
     def test_bad_input_is_validation_and_stores_nothing(self, store: Any, alice: Scope, fields: dict[str, Any]) -> None:
         conversation = self.conversation(alice)
+        for value in fields.values():
+            if isinstance(value, io.IOBase):
+                value.seek(0)  # the parameter is one object, shared by every class that runs the suite
         arguments = {"content": b"x", "name": "f.bin", **fields}
         with self.nothing_stored(), pytest.raises(Validation):
             store.save(alice, conversation_id=conversation.pk, **arguments)
@@ -344,25 +345,26 @@ class FileStoreContract(Actors):
         """The target disappears after the checks, while the content is read: no record, no content."""
         conversation = self.conversation(alice)
         message = self.message(conversation)
-        doomed = message if vanishing == "message" else conversation
-        stream = _StreamWithHook(b"content", at_end=lambda: type(doomed).objects.filter(pk=doomed.pk).delete())
+        conversations = self.family.conversations
+        if vanishing == "message":
+            vanish = lambda: conversations.delete_message(alice, conversation.pk, message.pk)  # noqa: E731
+        else:
+            vanish = lambda: conversations.delete(alice, conversation.pk)  # noqa: E731
+        stream = _StreamWithHook(b"content", at_end=vanish)
         with self.nothing_stored(), pytest.raises(NotFound):
             store.save(alice, conversation_id=conversation.pk, message_id=message.pk, content=stream, name="f")
 
     @pytest.mark.django_db(transaction=True)
     def test_saves_racing_a_conversation_delete_leave_nothing_behind(self, store: Any, alice: Scope) -> None:
         """Saves either land before the delete (and go with it) or fail: no record, no orphaned content."""
-        names_before = self.stored_names()
+        names_before = self.family.stored_contents()
         for round_number in range(SAVE_RACE_ROUNDS):
             conversation = self.conversation(alice)
 
             def act(index: int) -> Any:
                 if index == SAVE_RACE_SAVERS:
                     time.sleep(0.004 * round_number)  # let some saves in first in later rounds
-                    with transaction.atomic():
-                        # Lock the conversation first, as the conversation store's delete does.
-                        Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
-                        Conversation.objects.filter(pk=conversation.pk).delete()
+                    self.delete_conversation(conversation)
                     return "deleted"
                 try:
                     return store.save(alice, conversation_id=conversation.pk, content=b"x" * 2048, name=f"f{index}")
@@ -371,8 +373,11 @@ class FileStoreContract(Actors):
 
             results = run_in_threads(SAVE_RACE_SAVERS + 1, act)
             assert not [r for r in results if isinstance(r, BaseException)], results
-            assert not StoredFile.objects.filter(conversation_id=conversation.pk).exists()
-            assert self.stored_names() == names_before
+            # The same id made again holds no file: none slipped in after the delete.
+            self.family.conversations.create(alice, id=conversation.pk)
+            assert self.file_ids(conversation) == set()
+            self.delete_conversation(conversation)
+            assert self.family.stored_contents() == names_before
 
     # -- get, open, read ----------------------------------------------------------------------
 
@@ -404,7 +409,7 @@ class FileStoreContract(Actors):
     def test_missing_content_is_not_found(self, store: Any, alice: Scope) -> None:
         conversation = self.conversation(alice)
         record = store.save(alice, conversation_id=conversation.pk, content=b"x", name="f")
-        self.storage.delete(record.content.name)
+        self.family.lose_content(record)
         with pytest.raises(NotFound):
             store.read(alice, record.pk)
 
@@ -429,12 +434,13 @@ class FileStoreContract(Actors):
     @pytest.mark.django_db
     def test_list_orders_by_creation_time_then_insertion(self, store: Any, alice: Scope) -> None:
         conversation = self.conversation(alice)
-        saved = [store.save(alice, conversation_id=conversation.pk, content=b"x", name=f"f{i}") for i in range(4)]
         instant = timezone.now()
-        StoredFile.objects.filter(pk__in=[f.pk for f in saved]).update(created_at=instant)
-        assert [f.pk for f in store.list(alice, conversation.pk).items] == [f.pk for f in saved]
-        # The newest file backdated: time decides before insertion order.
-        StoredFile.objects.filter(pk=saved[3].pk).update(created_at=instant - timedelta(seconds=1))
+        saved = []
+        for i in range(4):
+            # The newest file is dated first: time decides before insertion order.
+            with frozen_clock(instant - timedelta(seconds=1) if i == 3 else instant):
+                saved.append(store.save(alice, conversation_id=conversation.pk, content=b"x", name=f"f{i}"))
+        assert {f.created_at for f in saved} == {instant, instant - timedelta(seconds=1)}
         assert [f.pk for f in store.list(alice, conversation.pk).items] == [saved[i].pk for i in (3, 0, 1, 2)]
         assert [f.pk for f in store.list(alice, conversation.pk, order="desc").items] == [
             saved[i].pk for i in (2, 1, 0, 3)
@@ -466,9 +472,9 @@ class FileStoreContract(Actors):
         record = store.save(alice, conversation_id=conversation.pk, content=b"x", name="f")
         kept = store.save(alice, conversation_id=conversation.pk, content=b"y", name="g")
         assert store.delete(alice, record.pk) is None
-        assert not StoredFile.objects.filter(pk=record.pk).exists()
-        assert not self.storage.exists(record.content.name)
-        assert self.storage.exists(kept.content.name)
+        assert not self.exists(record)
+        assert not self.family.content_exists(record)
+        assert self.family.content_exists(kept)
         with pytest.raises(NotFound):
             store.delete(alice, record.pk)
 
@@ -482,8 +488,8 @@ class FileStoreContract(Actors):
         for scope, record in [(bob, private_file), (mallory, shared_file), (mallory, private_file)]:
             with pytest.raises(NotFound):
                 store.delete(scope, record.pk)
-        assert StoredFile.objects.filter(pk__in=[shared_file.pk, private_file.pk]).count() == 2
-        assert self.storage.exists(shared_file.content.name) and self.storage.exists(private_file.content.name)
+        assert self.exists(shared_file) and self.exists(private_file)
+        assert self.family.content_exists(shared_file) and self.family.content_exists(private_file)
 
     @pytest.mark.django_db(transaction=True)
     def test_deleting_a_conversation_deletes_its_files_and_content(self, store: Any, alice: Scope) -> None:
@@ -494,20 +500,18 @@ class FileStoreContract(Actors):
             store.save(alice, message_id=message.pk, content=b"b", name="b"),
         ]
         kept = store.save(alice, conversation_id=other.pk, content=b"c", name="c")
-        Conversation.objects.filter(pk=conversation.pk).delete()
-        assert not StoredFile.objects.filter(pk__in=[r.pk for r in records]).exists()
+        self.delete_conversation(conversation)
         for record in records:
-            assert not self.storage.exists(record.content.name)
-            if hasattr(self.storage, "path"):
-                assert not os.path.exists(self.storage.path(record.content.name))
-        assert self.storage.exists(kept.content.name)
+            assert not self.exists(record)
+            assert not self.family.content_exists(record)
+        assert self.family.content_exists(kept)
 
     @pytest.mark.django_db(transaction=True)
     def test_deleting_a_message_keeps_its_files(self, store: Any, alice: Scope) -> None:
         conversation = self.conversation(alice)
         message = self.message(conversation)
         record = store.save(alice, message_id=message.pk, content=b"kept", name="f")
-        Message.objects.filter(pk=message.pk).delete()
+        self.family.conversations.delete_message(alice, conversation.pk, message.pk)
         kept = store.get(alice, record.pk)
         assert (kept.conversation_id, kept.message_id) == (conversation.pk, None)
         assert store.read(alice, record.pk) == b"kept"
@@ -532,14 +536,14 @@ class FileStoreContract(Actors):
         conversation = self.conversation(alice)
         late, never, early, future, middle = self._expiring(store, alice, conversation, [-10, None, -300, 3600, -60])
         assert store.purge_expired(limit=2) == 2
-        assert set(StoredFile.objects.values_list("pk", flat=True)) == {late.pk, never.pk, future.pk}
-        assert not self.storage.exists(early.content.name) and not self.storage.exists(middle.content.name)
-        assert self.storage.exists(late.content.name)
+        assert self.file_ids(conversation) == {late.pk, never.pk, future.pk}
+        assert not self.family.content_exists(early) and not self.family.content_exists(middle)
+        assert self.family.content_exists(late)
         assert store.purge_expired() == 1
         assert store.purge_expired() == 0
-        assert set(StoredFile.objects.values_list("pk", flat=True)) == {never.pk, future.pk}
+        assert self.file_ids(conversation) == {never.pk, future.pk}
         assert store.purge_expired(before=future.expires_at) == 1, "expiry at `before` counts as expired"
-        assert list(StoredFile.objects.values_list("pk", flat=True)) == [never.pk]
+        assert self.file_ids(conversation) == {never.pk}
         assert store.purge_expired(before=timezone.now() + timedelta(days=3650)) == 0
 
     @pytest.mark.django_db
@@ -548,7 +552,7 @@ class FileStoreContract(Actors):
         self._expiring(store, alice, conversation, [-5, -4, -3, -2, -1])
         with self.limits(SWEEP_BATCH_SIZE=3):
             assert store.purge_expired() == 3
-        assert StoredFile.objects.count() == 2
+        assert len(self.file_ids(conversation)) == 2
 
     @pytest.mark.django_db
     @pytest.mark.parametrize(
@@ -560,40 +564,28 @@ class FileStoreContract(Actors):
 
     @pytest.mark.django_db(transaction=True)
     def test_concurrent_purges_delete_each_file_once(self, store: Any, alice: Scope) -> None:
-        """Sweepers racing over the same expired files: every file deleted once, the counts sum up."""
-        deletions: Counter[Any] = Counter()
-        lock = threading.Lock()
+        """Sweepers racing over the same expired files: every file deleted once, the counts sum up.
 
-        def count_deletion(sender: Any, instance: StoredFile, **kwargs: Any) -> None:
-            with lock:
-                deletions[instance.pk] += 1
+        The sweepers' counts add up to the expired files exactly and exactly
+        those are gone, so no file was counted twice and none was missed.
+        """
+        for _round in range(PURGE_RACE_ROUNDS):
+            conversation = self.conversation(alice)
+            offsets: list[float | None] = [-(i + 1) for i in range(PURGE_RACE_FILES)] + [None, 3600]
+            records = self._expiring(store, alice, conversation, offsets)
 
-        post_delete.connect(count_deletion, sender=StoredFile, weak=False, dispatch_uid="contract-purge-race")
-        try:
-            for _round in range(PURGE_RACE_ROUNDS):
-                deletions.clear()
-                conversation = self.conversation(alice)
-                offsets: list[float | None] = [-(i + 1) for i in range(PURGE_RACE_FILES)] + [None, 3600]
-                records = self._expiring(store, alice, conversation, offsets)
-                expired = {r.pk for r in records[:PURGE_RACE_FILES]}
+            def sweep(_index: int) -> int:
+                total = 0
+                while purged := store.purge_expired(limit=5):
+                    total += purged
+                return total
 
-                def sweep(_index: int) -> int:
-                    total = 0
-                    while purged := store.purge_expired(limit=5):
-                        total += purged
-                    return total
-
-                results = run_in_threads(PURGE_RACE_SWEEPERS, sweep)
-                assert not [r for r in results if isinstance(r, BaseException)], results
-                assert sum(results) == PURGE_RACE_FILES
-                assert set(deletions) == expired and set(deletions.values()) == {1}
-                assert set(StoredFile.objects.filter(conversation=conversation).values_list("pk", flat=True)) == {
-                    r.pk for r in records[PURGE_RACE_FILES:]
-                }
-                assert not any(self.storage.exists(r.content.name) for r in records[:PURGE_RACE_FILES])
-                Conversation.objects.filter(pk=conversation.pk).delete()
-        finally:
-            post_delete.disconnect(sender=StoredFile, dispatch_uid="contract-purge-race")
+            results = run_in_threads(PURGE_RACE_SWEEPERS, sweep)
+            assert not [r for r in results if isinstance(r, BaseException)], results
+            assert sum(results) == PURGE_RACE_FILES
+            assert self.file_ids(conversation) == {r.pk for r in records[PURGE_RACE_FILES:]}
+            assert not any(self.family.content_exists(r) for r in records[:PURGE_RACE_FILES])
+            self.delete_conversation(conversation)
 
     # -- async twins --------------------------------------------------------------------------
 
@@ -609,4 +601,4 @@ class FileStoreContract(Actors):
         assert async_to_sync(store.alist)(alice, conversation.pk).total == 1
         async_to_sync(store.adelete)(alice, record.pk)
         assert async_to_sync(store.apurge_expired)() == 0
-        assert not StoredFile.objects.filter(pk=record.pk).exists()
+        assert not self.exists(record)

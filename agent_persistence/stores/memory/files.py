@@ -3,7 +3,7 @@
 Content is read with the ORM store's :func:`~agent_persistence.stores.files.spool_content`,
 so the size limit and the accepted sources are the same; the bytes live in
 :attr:`MemoryDatabase.file_contents` (no Django storage is touched), and a
-record's ``content`` field stays empty.
+record's ``content`` carries the name the ORM store would give it.
 """
 
 from __future__ import annotations
@@ -91,10 +91,11 @@ class MemoryFileStore:
                 name=name,
                 content_type=content_type,
                 size=size,
-                content="",
                 expires_at=expires_at,
                 created_at=timezone.now(),
             )
+            # Named as the ORM store names content (after the record), though no storage holds it.
+            record.content.name = StoredFile._meta.get_field("content").generate_filename(record, name)
             self.db.files[record.pk] = record
             self.db.file_contents[record.pk] = payload
             return clone(record)
