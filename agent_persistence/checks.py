@@ -288,3 +288,27 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 
 __all__ = ["DEFAULTS", "check_databases", "check_deployment", "check_settings", "check_sqlite_transactions"]
+
+
+@register(Tags.compatibility)
+def check_memory_stores(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """W002: an in-memory store is configured while DEBUG is off (it is for tests, never production)."""
+    from .stores.memory import is_memory_store
+
+    if settings.DEBUG:
+        return []
+    names = sorted(
+        name
+        for name in app_settings.defaults
+        if name.endswith("_STORE") and is_memory_store(app_settings.raw(name))
+    )
+    if not names:
+        return []
+    return [
+        Warning(
+            f"{SETTING_NAME}[{', '.join(names)}] select the in-memory stores while DEBUG is off: their data lives in "
+            "one process's memory, is lost on restart and is not shared with other processes.",
+            hint="They are for tests (docs/howto/test-your-agents-in-memory.md); use the ORM stores in production.",
+            id="agent_persistence.W002",
+        )
+    ]
