@@ -64,6 +64,7 @@ class Stores:
     supervision: Any
     recordings: Any
     checkpoints: Any
+    turns: Any = None
     across_processes: bool = True
     content_exists: Callable[[Any], bool] = lambda record: False
     stored_contents: Callable[[], set[Any]] = set
@@ -120,6 +121,7 @@ def orm_stores() -> Stores:
     from ..stores.runs import RunStore
     from ..stores.supervision import SupervisionStore
     from ..stores.tasks import TaskStore
+    from ..stores.turns import TurnStore
 
     return Stores(
         conversations=ConversationStore(),
@@ -132,6 +134,7 @@ def orm_stores() -> Stores:
         supervision=SupervisionStore(),
         recordings=RecordingStore(),
         checkpoints=CheckpointStore(),
+        turns=TurnStore(),
         across_processes=True,
         content_exists=_content_in_storage,
         stored_contents=_names_in_storage,

@@ -1,0 +1,382 @@
+"""The contract of a turn store: every transition of :class:`~agent_persistence.stores.turns.TurnStore`.
+
+Subclass :class:`TurnStoreContract` and override ``make_stores()`` to run it
+against another family. Fixtures are arranged through the family's stores and
+every assertion reads through store APIs only; the races run real threads (and,
+for a family whose state processes share, real processes) on committed data.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from ..exceptions import Busy, Conflict, ConversationNotOwned, Fenced, Gone, NotFound, PendingInterrupts, Validation
+from ..ids import uuid7
+from ..scope import Scope
+from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
+from ..stores.protocols import Seal, TurnPlan
+from .actors import ALICE, BOB, MALLORY
+from .family import FamilyContract, frozen_clock
+
+OWNER, READER, STRANGER = ALICE, BOB, MALLORY  # the owner, another user of her tenant, another tenant
+AGENTS = frozenset({"helper", "other"})
+COMPLETED = Seal(RunStatus.COMPLETED, SupervisionStatus.DONE, LastTurnStatus.COMPLETE)
+CANCELLED = Seal(RunStatus.ABORTED, SupervisionStatus.DONE, LastTurnStatus.CANCELLED)
+ERRORED = Seal(RunStatus.FAILED, SupervisionStatus.ERRORED, LastTurnStatus.ERRORED)
+
+
+def _begin_in_worker(target: tuple[Any, uuid.UUID, int]) -> str:
+    """One racer of :meth:`TurnStoreContract.test_concurrent_begins_of_a_new_conversation_admit_one`."""
+    turns, conversation_id, index = target
+    try:
+        turns.begin(OWNER, conversation_id, content=f"start {index}", known_agents=AGENTS, agent="helper")
+    except Busy:
+        return "busy"
+    return "won"
+
+
+class TurnStoreContract(FamilyContract):
+    """The behaviour every turn store must have, on every database it supports."""
+
+    RACE_ROUNDS = 6
+    RACE_THREADS = 8
+
+    @pytest.fixture
+    def turns(self, stores: Any) -> Any:
+        return self.family.turns
+
+    # -- helpers, through the family's stores -------------------------------------------------
+
+    def begin(self, turns: Any, conversation_id: Any = None, *, scope: Scope = OWNER, **options: Any) -> TurnPlan:
+        options.setdefault("agent", "helper")
+        return turns.begin(scope, conversation_id or uuid.uuid4(), content=options.pop("content", "hello"),
+                           known_agents=AGENTS, **options)
+
+    def dead_turn(self, turns: Any, conversation_id: Any = None, **options: Any) -> TurnPlan:
+        """A turn whose producer stopped heartbeating a minute ago."""
+        with frozen_clock(timezone.now() - timedelta(minutes=1)):
+            return self.begin(turns, conversation_id, **options)
+
+    def messages(self, conversation_id: Any, scope: Scope = OWNER) -> list[Any]:
+        return self.family.conversations.list_messages(scope, conversation_id).items
+
+    def event_types(self, conversation_id: Any) -> list[str]:
+        return [event.type for event in self.family.events.list(OWNER, conversation_id, limit=1000).events]
+
+    def run_status(self, run_id: Any) -> str:
+        return self.family.runs.get(OWNER, run_id).status
+
+    def ask(self, plan: TurnPlan, *, key: str = "q") -> uuid.UUID:
+        interrupt_id = uuid.uuid5(uuid.NAMESPACE_URL, f"{plan.message_id}:{key}")
+        self.family.interrupts.create(
+            OWNER, plan.conversation_id, id=interrupt_id, run_id=plan.run_id, kind="generic", payload={"q": key},
+            epoch=plan.epoch,
+        )
+        return interrupt_id
+
+    def seal(self, turns: Any, plan: TurnPlan, text: str = "answer", seal: Seal = COMPLETED, **options: Any) -> bool:
+        return turns.seal(
+            plan.scope, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch,
+            message={"content": text}, seal=seal, stop_reason=options.pop("stop_reason", "completed"), **options,
+        )
+
+    # -- begin ----------------------------------------------------------------------------------
+
+    def test_begin_creates_the_conversation_stores_the_user_message_and_claims_a_running_run(self, turns: Any) -> None:
+        conversation_id = uuid.uuid4()
+        plan = self.begin(turns, conversation_id, content="plan my trip", metadata={"source": "web"})
+        assert (plan.conversation_id, plan.agent_name, plan.resumed, plan.epoch) == (conversation_id, "helper", False, 1)
+        assert [(m.role, m.content, m.metadata) for m in plan.transcript] == [("user", "plan my trip", {"source": "web"})]
+        conversation = self.family.conversations.get(OWNER, conversation_id)
+        assert (conversation.owner, conversation.agent, conversation.last_turn_status) == (OWNER.user, "helper", "running")
+        assert [message.role for message in self.messages(conversation_id)] == ["user"]
+        assert self.run_status(plan.run_id) == "running"
+        view = turns.read_turn(OWNER, conversation_id)
+        assert (view.state, view.message_id, view.run_id, view.epoch) == ("alive", plan.message_id, plan.run_id, 1)
+        assert self.event_types(conversation_id) == ["status_running"]
+
+    def test_a_live_turn_refuses_a_second_begin_with_its_occupant_and_stores_nothing(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        with pytest.raises(Busy) as refused:
+            self.begin(turns, plan.conversation_id, content="again")
+        assert refused.value.details["occupant"]["message_id"] == str(plan.message_id)
+        assert len(self.messages(plan.conversation_id)) == 1
+        assert self.family.runs.list(OWNER, plan.conversation_id).total == 1
+
+    def test_begin_after_a_sealed_turn_claims_the_next_epoch(self, turns: Any) -> None:
+        first = self.begin(turns)
+        assert self.seal(turns, first)
+        second = self.begin(turns, first.conversation_id, agent=None)
+        assert (second.epoch, second.agent_name) == (2, "helper")
+        assert [message.role for message in second.transcript] == ["user", "assistant", "user"]
+
+    def test_unknown_agent_is_refused_before_anything_is_written(self, turns: Any) -> None:
+        conversation_id = uuid.uuid4()
+        with pytest.raises(Validation) as refused:
+            self.begin(turns, conversation_id, agent="nobody")
+        assert refused.value.code == "unknown_agent"
+        with pytest.raises(Validation):
+            self.begin(turns, conversation_id, agent=None)  # a new conversation has no agent of its own
+        with pytest.raises(NotFound):
+            self.family.conversations.get(OWNER, conversation_id)
+
+    def test_an_id_the_caller_may_not_see_answers_like_an_unknown_one(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        self.seal(turns, plan)
+        for scope in (READER, STRANGER):
+            with pytest.raises(Validation) as without_agent:
+                self.begin(turns, plan.conversation_id, scope=scope, agent=None)
+            assert without_agent.value.code == "unknown_agent"
+            with pytest.raises(NotFound):
+                self.begin(turns, plan.conversation_id, scope=scope)
+        self.family.conversations.share(OWNER, plan.conversation_id)
+        with pytest.raises(ConversationNotOwned):
+            self.begin(turns, plan.conversation_id, scope=READER)
+        assert len(self.messages(plan.conversation_id)) == 2
+
+    def test_pending_interrupts_refuse_new_input(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        interrupt_id = self.ask(plan)
+        assert turns.suspend(OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch)
+        with pytest.raises(PendingInterrupts) as refused:
+            self.begin(turns, plan.conversation_id, content="new question")
+        assert refused.value.details["pending"] == [str(interrupt_id)]
+        assert len(self.messages(plan.conversation_id)) == 1
+
+    def test_begin_over_a_dead_producer_records_it_as_lost(self, turns: Any) -> None:
+        dead = self.dead_turn(turns)
+        plan = self.begin(turns, dead.conversation_id, content="are you there?")
+        assert plan.epoch == dead.epoch + 1
+        assert self.run_status(dead.run_id) == "aborted"
+        assert self.family.runs.get(OWNER, dead.run_id).error["code"] == "producer_lost"
+        assert self.event_types(dead.conversation_id) == ["status_running", "producer_lost", "status_running"]
+        assert not self.seal(turns, dead)  # the dead producer, waking up, is fenced
+
+    def test_begin_with_a_taken_message_id_stores_nothing(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        self.seal(turns, plan)
+        other = uuid.uuid4()
+        with pytest.raises(Conflict):
+            self.begin(turns, other, user_message_id=plan.transcript[0].pk)
+        with pytest.raises(NotFound):
+            self.family.conversations.get(OWNER, other)
+
+    # -- seal -----------------------------------------------------------------------------------
+
+    def test_seal_writes_the_answer_the_run_the_row_the_conversation_and_the_event(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        assert self.seal(turns, plan, "Paris.")
+        answer = self.messages(plan.conversation_id)[-1]
+        assert (answer.pk, answer.role, answer.content, answer.run_id) == (plan.message_id, "assistant", "Paris.", plan.run_id)
+        assert answer.metadata == {"stop_reason": "completed"}
+        assert self.run_status(plan.run_id) == "completed"
+        assert self.family.conversations.get(OWNER, plan.conversation_id).last_turn_status == "complete"
+        view = turns.read_turn(OWNER, plan.conversation_id)
+        assert view.state == "done" and view.final["message"]["content"] == "Paris."
+        assert self.event_types(plan.conversation_id)[-1] == "status_idle"
+
+    def test_an_errored_seal_keeps_the_error(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        error = {"code": "agent_error", "message": "boom"}
+        assert self.seal(turns, plan, "half", ERRORED, stop_reason="errored", error=error)
+        view = turns.read_turn(OWNER, plan.conversation_id)
+        assert (view.state, view.final["error"], view.final["stop_reason"]) == ("errored", error, "errored")
+        assert self.family.runs.get(OWNER, plan.run_id).error == error
+
+    def test_a_turn_is_sealed_once(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        assert self.seal(turns, plan)
+        assert not self.seal(turns, plan, "again")
+        assert len(self.messages(plan.conversation_id)) == 2
+
+    def test_a_seal_of_a_deleted_conversation_writes_nothing(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        self.family.conversations.delete(OWNER, plan.conversation_id)
+        assert not self.seal(turns, plan)
+        with pytest.raises(NotFound):
+            self.family.conversations.get(OWNER, plan.conversation_id)
+
+    # -- suspend and continue -------------------------------------------------------------------
+
+    def test_suspend_without_pending_questions_goes_on(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        assert not turns.suspend(OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch)
+        assert turns.read_turn(OWNER, plan.conversation_id).state == "alive"
+
+    def test_suspend_parks_the_run_and_readers_see_the_questions(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        interrupt_id = self.ask(plan)
+        assert turns.suspend(OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch)
+        assert self.run_status(plan.run_id) == "interrupted"
+        view = turns.read_turn(OWNER, plan.conversation_id)
+        assert view.state == "interrupted" and [item["id"] for item in view.interrupts] == [str(interrupt_id)]
+        with pytest.raises(Fenced):
+            turns.suspend(OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch + 5)
+
+    def test_answers_continue_an_interrupted_run_with_a_new_one(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        interrupt_id = self.ask(plan)
+        turns.suspend(OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch)
+        continuation = turns.continue_after_answers(OWNER, plan.conversation_id, [{"id": str(interrupt_id), "response": "yes"}])
+        assert [interrupt.status for interrupt in continuation.interrupts] == ["resolved"]
+        resumed = continuation.plan
+        assert resumed is not None and not continuation.took_over
+        assert (resumed.message_id, resumed.resumed, resumed.epoch) == (plan.message_id, True, plan.epoch + 1)
+        assert resumed.run_id != plan.run_id and resumed.answers == {str(interrupt_id): "yes"}
+        assert self.run_status(plan.run_id) == "completed" and self.run_status(resumed.run_id) == "running"
+        assert turns.read_turn(OWNER, plan.conversation_id).run_id == resumed.run_id
+        again = turns.continue_after_answers(OWNER, plan.conversation_id, [{"id": str(interrupt_id), "response": "yes"}])
+        assert again.plan is None  # a repeated batch starts nothing
+
+    def test_answers_for_a_live_producer_leave_the_turn_to_it(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        interrupt_id = self.ask(plan)
+        continuation = turns.continue_after_answers(OWNER, plan.conversation_id, [{"id": str(interrupt_id), "response": 1}])
+        assert continuation.plan is None
+        assert turns.answers(plan.conversation_id, plan.message_id) == {str(interrupt_id): 1}
+
+    def test_answers_to_a_dead_producer_store_and_resume_in_one_transition(self, turns: Any) -> None:
+        plan = self.dead_turn(turns)
+        interrupt_id = self.ask_dead(plan)
+        continuation = turns.continue_after_answers(OWNER, plan.conversation_id, [{"id": str(interrupt_id), "response": "ok"}])
+        assert continuation.took_over and continuation.plan is not None
+        resumed = continuation.plan
+        assert resumed.epoch == plan.epoch + 1 and resumed.answers == {str(interrupt_id): "ok"}
+        assert self.run_status(plan.run_id) == "aborted"
+        view = turns.read_turn(OWNER, plan.conversation_id)
+        assert (view.state, view.run_id, view.epoch) == ("alive", resumed.run_id, resumed.epoch)
+
+    def test_a_refused_batch_stores_no_answer_and_claims_nothing(self, turns: Any) -> None:
+        plan = self.dead_turn(turns)
+        first, second = self.ask_dead(plan, key="a"), self.ask_dead(plan, key="b")
+        with pytest.raises(Validation):
+            turns.continue_after_answers(OWNER, plan.conversation_id, [{"id": str(first), "response": "ok"}])
+        assert [item.status for item in self.family.interrupts.pending(OWNER, plan.conversation_id)] == ["pending", "pending"]
+        assert turns.read_turn(OWNER, plan.conversation_id).run_id == plan.run_id
+        self.family.conversations.share(OWNER, plan.conversation_id)
+        with pytest.raises(ConversationNotOwned):
+            turns.continue_after_answers(READER, plan.conversation_id, [{"id": str(first), "response": 1}, {"id": str(second), "response": 2}])
+        assert len(self.family.interrupts.pending(OWNER, plan.conversation_id)) == 2
+
+    def ask_dead(self, plan: TurnPlan, *, key: str = "q") -> uuid.UUID:
+        """An interrupt the dead producer raised before it died (its heartbeat stays old)."""
+        with frozen_clock(timezone.now() - timedelta(seconds=50)):
+            return self.ask(plan, key=key)
+
+    # -- resume, close out, force release ---------------------------------------------------------
+
+    def test_resume_takes_over_a_dead_turn_with_a_new_run_that_readers_see(self, turns: Any) -> None:
+        dead = self.dead_turn(turns)
+        plan = turns.resume(OWNER, dead.conversation_id, replica="replica-b")
+        assert (plan.message_id, plan.resumed, plan.epoch) == (dead.message_id, True, dead.epoch + 1)
+        assert plan.run_id != dead.run_id and self.run_status(dead.run_id) == "aborted"
+        view = turns.read_turn(OWNER, dead.conversation_id)
+        assert (view.state, view.run_id, view.epoch, view.replica) == ("alive", plan.run_id, plan.epoch, "replica-b")
+        assert self.event_types(dead.conversation_id)[-2:] == ["producer_lost", "status_running"]
+        assert not self.seal(turns, dead) and self.seal(turns, plan)
+
+    def test_resume_refuses_a_live_turn_a_finished_one_and_other_scopes(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        with pytest.raises(Busy):
+            turns.resume(OWNER, plan.conversation_id)
+        self.seal(turns, plan)
+        with pytest.raises(Gone):
+            turns.resume(OWNER, plan.conversation_id)
+        dead = self.dead_turn(turns)
+        with pytest.raises(Gone):
+            turns.resume(OWNER, dead.conversation_id, message_id=uuid.uuid4())
+        for scope in (READER, STRANGER):
+            with pytest.raises(NotFound):
+                turns.resume(scope, dead.conversation_id)
+
+    def test_close_out_ends_a_dead_turn_with_its_partial_answer(self, turns: Any) -> None:
+        dead = self.dead_turn(turns)
+        with frozen_clock(timezone.now() - timedelta(seconds=55)):
+            self.family.recordings.put(dead.conversation_id, message_id=dead.message_id, index=7,
+                                       message={"content": "half an ans"}, epoch=dead.epoch)
+        assert turns.close_out(OWNER, dead.conversation_id, seal=CANCELLED, stop_reason="cancelled")
+        answer = self.messages(dead.conversation_id)[-1]
+        assert (answer.pk, answer.content) == (dead.message_id, "half an ans")
+        assert self.run_status(dead.run_id) == "aborted"
+        assert self.family.conversations.get(OWNER, dead.conversation_id).last_turn_status == "cancelled"
+        assert not self.seal(turns, dead)
+        assert not turns.close_out(OWNER, dead.conversation_id, seal=CANCELLED, stop_reason="cancelled")
+
+    def test_close_out_refuses_a_live_turn(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        with pytest.raises(Busy):
+            turns.close_out(OWNER, plan.conversation_id, seal=ERRORED, stop_reason="errored")
+
+    def test_force_release_fences_the_producer_and_aborts_its_runs(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        assert turns.force_release(plan.conversation_id)
+        assert self.run_status(plan.run_id) == "aborted"
+        assert self.family.runs.get(OWNER, plan.run_id).error["code"] == "force_released"
+        assert turns.read_turn(OWNER, plan.conversation_id).state == "errored"
+        assert self.family.conversations.get(OWNER, plan.conversation_id).last_turn_status == "errored"
+        assert not self.seal(turns, plan)
+        assert not turns.force_release(plan.conversation_id)
+        assert self.begin(turns, plan.conversation_id).epoch == plan.epoch + 2
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def test_read_turn_hides_the_conversation_from_other_scopes(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        for scope in (READER, STRANGER):
+            with pytest.raises(NotFound):
+                turns.read_turn(scope, plan.conversation_id)
+        with pytest.raises(NotFound):
+            turns.read_turn(OWNER, uuid.uuid4())
+        assert turns.read_turn(None, plan.conversation_id).run_id == plan.run_id
+        idle = self.family.conversations.create(OWNER)
+        assert turns.read_turn(OWNER, idle.pk).state == "idle"
+
+    def test_stop_requests_scope_and_dead_turns(self, turns: Any) -> None:
+        plan, other = self.begin(turns), self.begin(turns)
+        self.family.runs.request_cancel(OWNER, plan.run_id)
+        assert turns.stop_requested([plan.run_id, other.run_id, uuid7()]) == {plan.run_id}
+        assert turns.stop_requested([]) == set()
+        assert turns.scope_of(plan.conversation_id) == OWNER
+        with pytest.raises(NotFound):
+            turns.scope_of(uuid.uuid4())
+        dead = self.dead_turn(turns)
+        assert (OWNER, dead.conversation_id, dead.message_id) in turns.dead_turns(limit=100)
+        assert all(conversation_id != plan.conversation_id for _, conversation_id, _ in turns.dead_turns())
+
+    # -- races ----------------------------------------------------------------------------------
+
+    @pytest.mark.django_db(transaction=True)
+    def test_concurrent_begins_of_a_new_conversation_admit_one(self) -> None:
+        """Racers start the first turn of one new conversation: one wins, the rest are Busy, one message stays."""
+        tally: Counter[str] = Counter()
+        for _ in range(self.RACE_ROUNDS):
+            conversation_id = uuid.uuid4()
+            outcomes = self.family.run_in_processes(
+                self.RACE_THREADS, lambda index: _begin_in_worker((self.family.turns, conversation_id, index))
+            )
+            tally.update(outcomes)
+            assert sorted(outcomes) == ["busy"] * (self.RACE_THREADS - 1) + ["won"], outcomes
+            assert [message.role for message in self.messages(conversation_id)] == ["user"]
+        assert tally["won"] == self.RACE_ROUNDS
+
+    @pytest.mark.django_db(transaction=True)
+    def test_concurrent_resumes_of_a_dead_turn_admit_one(self) -> None:
+        for _ in range(self.RACE_ROUNDS):
+            dead = self.dead_turn(self.family.turns)
+
+            def resume(index: int) -> str:
+                try:
+                    self.family.turns.resume(OWNER, dead.conversation_id, replica=f"r{index}")
+                except (Busy, Gone):
+                    return "refused"
+                return "won"
+
+            outcomes = self.family.run_in_processes(self.RACE_THREADS, resume)
+            assert sorted(outcomes) == ["refused"] * (self.RACE_THREADS - 1) + ["won"], outcomes
+            assert self.family.runs.list(OWNER, dead.conversation_id).total == 2
