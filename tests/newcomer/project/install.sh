@@ -1,0 +1,1 @@
+pip install '/path/to/agent_persistence[server]'

@@ -1,0 +1,3 @@
+django-admin startproject mysite
+cd mysite
+python manage.py startapp myapp

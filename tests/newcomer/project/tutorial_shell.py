@@ -1,0 +1,33 @@
+import asyncio
+import uuid
+
+from django.contrib.auth import get_user_model
+
+from agent_persistence.runtime.turns import continue_turn, start_turn
+from agent_persistence.scope import Scope
+from agent_persistence.stores import conversation_store, interrupt_store
+
+alice = get_user_model().objects.get(username="alice")
+scope = Scope(tenant="", user=str(alice.pk))
+conversation_id = uuid.uuid4()
+
+
+async def main():
+    handle = await start_turn(scope, conversation_id, content="What is the weather in Lisbon?", agent="helper")
+    print(await handle.task)
+
+    pending = await interrupt_store().apending(scope, conversation_id)
+    print(pending[0].kind, pending[0].payload)
+
+    resolved, handle = await continue_turn(
+        scope, conversation_id, [{"id": str(pending[0].pk), "response": {"approved": True}}]
+    )
+    print(await handle.task)
+
+
+asyncio.run(main())
+
+page = conversation_store().list_messages(scope, conversation_id)
+for message in page.items:
+    print(message.role, message.content)
+print(page.items[-1].tool_calls)

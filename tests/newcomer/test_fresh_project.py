@@ -1,0 +1,164 @@
+"""The README tour and the tutorial, done as a newcomer does them, in a brand-new project.
+
+One project for the module: agent_persistence is installed from a wheel of this checkout into a
+fresh virtualenv (``fresh.py``), ``django-admin startproject`` makes the project, and the
+documented settings, URLs, ``asgi.py`` and agent are applied from the files the docs are made of
+(``tests/newcomer/project/``; ``test_docs.py`` proves the docs show exactly these files). Then:
+
+- the README tour: ``migrate`` and ``check``, the documented daphne command, the admin's static
+  files, the curl that starts a turn, the browser-console snippet that follows it over the
+  websocket (in headless Chromium, logged in as the user), the curl that answers the approval,
+  and the final answer;
+- the tutorial: its ``manage.py shell`` script prints what the tutorial shows, and ``runserver``
+  serves the admin, its static files and the websocket route.
+
+Only the documented port 8000 is replaced by a free one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import websockets
+
+from agent_persistence.testing.network import free_port
+from tests.browser.cdp import Chromium, Tab, chromium_path
+from tests.newcomer.fresh import SNIPPETS, Terminal, build_wheel, new_virtualenv, snippet
+
+pytestmark = pytest.mark.timeout(420)
+
+OSLO_ANSWER = "Let me look up the weather in Oslo. In Oslo it is light snow, -3 °C."
+
+
+@pytest.fixture(scope="module")
+def terminal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Terminal]:
+    workdir = tmp_path_factory.mktemp("newcomer")
+    wheel = build_wheel(workdir)
+    venv = new_virtualenv(workdir)
+    home = workdir / "home"
+    home.mkdir()
+    shell = Terminal(home, venv, workdir / "terminal")
+    shell.run(snippet("install.sh", **{"/path/to/agent_persistence": str(wheel)}), stdin="")
+    where = shell.run('python -c "import agent_persistence; print(agent_persistence.__file__)"').strip()
+    assert where.startswith(str(venv)), f"agent_persistence must come from the wheel, not {where}"
+
+    shell.run(snippet("startproject.sh"))
+    project = shell.cwd
+    assert project == home / "mysite"
+    with (project / "mysite" / "settings.py").open("a") as settings:
+        settings.write("\n\n" + snippet("settings.py-tpl"))
+    (project / "mysite" / "urls.py").write_text(snippet("urls.py"))
+    (project / "mysite" / "asgi.py").write_text(snippet("asgi.py"))
+    (project / "myapp" / "agents.py").write_text(snippet("agents.py"))
+    output = shell.run(snippet("setup.sh"))
+    assert "Applying agent_persistence.0001" in output
+    assert "System check identified no issues (0 silenced)." in output
+    assert "Superuser created successfully." in output
+    yield shell
+
+
+def login_cookie(base: str) -> str:
+    """Log in through the admin's form, as the person does before opening the console."""
+    with httpx.Client(base_url=base) as client:
+        page = client.get("/admin/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        response = client.post("/admin/login/?next=/admin/", data={"username": "alice", "password": "secret", "csrfmiddlewaretoken": token})
+        assert response.status_code == 302, response.text
+        return client.cookies["sessionid"]
+
+
+def assert_admin_static(base: str) -> None:
+    css = httpx.get(base + "/static/admin/css/base.css", timeout=10)
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css"), css.status_code
+
+
+@pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"), reason="Chromium is not installed (apt-get install chromium)")
+def test_the_readme_tour_in_a_fresh_project(terminal: Terminal) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = terminal.start(snippet("serve.sh", port), "daphne.log")
+    try:
+        server.wait_http(base + "/admin/login/")
+        assert_admin_static(base)
+
+        started = json.loads(terminal.run(snippet("start_turn.sh", port)))
+        conversation = terminal.env["CONVERSATION"]
+        assert started["conversation_id"] == conversation
+        assert started["epoch"] == 1 and started["message_id"] and started["run_id"]
+
+        asyncio.run(follow_in_the_browser(base, login_cookie(base), conversation, terminal, port))
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output(), server.output()
+
+
+async def follow_in_the_browser(base: str, cookie: str, conversation: str, terminal: Terminal, port: int) -> None:
+    with Chromium() as browser:
+        async with Tab(browser.new_tab()) as tab:
+            await tab.set_cookie(base, "sessionid", cookie)
+            await tab.goto(base + "/admin/")
+            # The admin is styled: its CSS came through WhiteNoise under daphne.
+            header = await tab.evaluate("getComputedStyle(document.getElementById('header')).backgroundColor")
+            assert header not in ("", "rgba(0, 0, 0, 0)"), header
+
+            await tab.evaluate(snippet("follow.js", **{"PASTE-THE-CONVERSATION-ID": conversation}))
+            await tab.wait_for("frames.some((frame) => frame.type === 'interrupt')", timeout=60)
+            asked = await tab.evaluate("frames.find((frame) => frame.type === 'interrupt').interrupts[0]")
+            assert asked["kind"] == "tool_approval"
+            assert asked["payload"] == {"tool_call_id": "weather-1", "name": "get_weather", "arguments": {"city": "Oslo"}}
+
+            outputs = terminal.run(snippet("answer.sh", port)).strip().splitlines()
+            listed, answered = json.loads(outputs[0]), json.loads(outputs[-1])
+            assert [item["id"] for item in listed["interrupts"]] == [asked["id"]]
+            assert answered["interrupts"][0]["status"] == "resolved"
+            assert answered["continued"]["conversation_id"] == conversation
+
+            final = await tab.wait_for("frames.find((frame) => frame.type === 'final')", timeout=60)
+            assert final["stop_reason"] == "completed"
+            assert final["message"]["content"] == OSLO_ANSWER
+            assert final["message"]["tool_calls"] == [
+                {"id": "weather-1", "name": "get_weather", "arguments": {"city": "Oslo"},
+                 "result": {"city": "Oslo", "forecast": "light snow, -3 °C"}}
+            ]
+            assert await tab.evaluate("answer") == OSLO_ANSWER
+
+
+def test_the_tutorial_in_a_fresh_project(terminal: Terminal) -> None:
+    printed = terminal.run("python manage.py shell", stdin=snippet("tutorial_shell.py"))
+    # Django 5.2+ first says how many models its shell imported; the count is the project's, not the tutorial's.
+    printed = re.sub(r"\A\d+ objects? imported automatically \(use -v 2 for details\)\.\n\n?", "", printed)
+    assert printed == snippet("tutorial_output.txt")
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = terminal.start(snippet("runserver.sh", port), "runserver.log")
+    try:
+        server.wait_http(base + "/admin/login/")
+        assert httpx.get(base + "/admin/login/").status_code == 200
+        assert_admin_static(base)
+        # Daphne's runserver serves the websocket route: the consumer accepts, then refuses an anonymous socket.
+        asyncio.run(assert_websocket_refuses_anonymous(port))
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output(), server.output()
+
+
+async def assert_websocket_refuses_anonymous(port: int) -> None:
+    url = f"ws://127.0.0.1:{port}/ws/conversations/0192f5e4-1111-7000-8000-000000000001/"
+    async with websockets.connect(url, additional_headers={"Origin": f"http://127.0.0.1:{port}"}) as socket:
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(socket.recv(), 30)
+    assert socket.close_code == 4401
+
+
+def test_every_snippet_file_is_used() -> None:
+    used = {"install.sh", "startproject.sh", "settings.py-tpl", "urls.py", "asgi.py", "agents.py", "setup.sh",
+            "serve.sh", "start_turn.sh", "follow.js", "answer.sh", "tutorial_shell.py", "tutorial_output.txt", "runserver.sh"}
+    assert {path.name for path in Path(SNIPPETS).iterdir() if path.is_file()} == used
