@@ -87,7 +87,7 @@ class EventInline(ReadOnlyInline):
 
 @admin.register(models.Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ("title_column", "short_id_column", "owner_column", "agent", "live_turn", "last_turn_status", "shared", "updated_at")
+    list_display = ("title_column", "short_id_column", "owner_column", "live_turn")
     list_display_links = ("title_column",)
     list_filter = (ConversationLiveStatusFilter, "last_turn_status", "shared", "agent", "tenant")
     search_fields = ("id", "title", "owner", "agent")
@@ -136,9 +136,9 @@ class ConversationAdmin(admin.ModelAdmin):
             return format_html('<span class="ap-nowrap">{} <span class="ap-tenant">@ {}</span></span>', obj.owner, obj.tenant)
         return format_html('<span class="ap-nowrap">{}</span>', obj.owner)
 
-    @admin.display(description=_("live turn"))
+    @admin.display(description=_("turn"))
     def live_turn(self, obj: models.Conversation) -> SafeString:
-        return live_status_html(getattr(obj, "supervision", None))
+        return live_status_html(getattr(obj, "supervision", None), outcome=obj.last_turn_status)
 
     # -- detail fields ------------------------------------------------------------------------
 

@@ -37,6 +37,19 @@ def turn_status(row: TurnSupervision | None) -> TurnStatus:
     return status_of(row, now=timezone.now())
 
 
+def human_age(seconds: float | None) -> str:
+    """0.4 s, 7 min, 2 h, 3 d: precise where liveness is decided, short beyond."""
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f} h"
+    return f"{seconds // 86400:.0f} d"
+
+
 def live_status_text(row: TurnSupervision | None) -> str:
     """``alive · heartbeat 0.4 s ago · epoch 3 · web-2:1234``, or ``idle`` without a row."""
     status = turn_status(row)
@@ -45,16 +58,22 @@ def live_status_text(row: TurnSupervision | None) -> str:
     return f"{status.state} · heartbeat {status.heartbeat_age:.1f} s ago · epoch {status.epoch} · {status.replica or 'replica ?'}"
 
 
-def live_status_html(row: TurnSupervision | None) -> SafeString:
-    """The live status as one line (a coloured state, then heartbeat age, epoch and replica)."""
+def live_status_html(row: TurnSupervision | None, outcome: str | None = None) -> SafeString:
+    """The live status on one line: a coloured state, then heartbeat age, epoch and replica.
+
+    ``outcome`` (the conversation's ``last_turn_status``) names a finished
+    turn more precisely than the row's done / errored (complete, cancelled).
+    """
     status = turn_status(row)
     if row is None:
-        return format_html('<span class="ap-live ap-live-idle">idle</span>')
+        return SafeString('<span class="ap-live ap-live-idle">idle</span>')
+    word = outcome if outcome and not status.running else status.state
     return format_html(
-        '<span class="ap-live ap-live-{state}" title="{full}"><b>{state}</b> · {age} s · epoch {epoch} · {replica}</span>',
+        '<span class="ap-live ap-live-{state}" title="{full}"><b>{word}</b> {age} · epoch {epoch} · {replica}</span>',
         state=status.state,
+        word=word,
         full=live_status_text(row),
-        age=f"{status.heartbeat_age:.1f}",
+        age=human_age(status.heartbeat_age),
         epoch=status.epoch,
         replica=status.replica or "?",
     )
