@@ -22,6 +22,7 @@ from agent_persistence.testing.recordings import RecordingStoreContract
 from agent_persistence.testing.runs import RunStoreContract
 from agent_persistence.testing.supervision import SupervisionStoreContract
 from agent_persistence.testing.tasks import TaskStoreContract
+from agent_persistence.testing.turns import TurnStoreContract
 
 
 class MemoryFamily:
@@ -73,4 +74,8 @@ class TestMemoryTaskStore(MemoryFamily, TaskStoreContract):
 
 
 class TestMemoryFileStore(MemoryFamily, FileStoreContract):
+    pass
+
+
+class TestMemoryTurnStore(MemoryFamily, TurnStoreContract):
     pass

@@ -281,6 +281,7 @@ def memory_stores(database: Any = None) -> Stores:
     from ..stores.memory.runs import MemoryRunStore
     from ..stores.memory.supervision import MemorySupervisionStore
     from ..stores.memory.tasks import MemoryTaskStore
+    from ..stores.memory.turns import MemoryTurnStore
 
     db = database if database is not None else MemoryDatabase()
     return Stores(
@@ -298,4 +299,5 @@ def memory_stores(database: Any = None) -> Stores:
         content_exists=lambda record: record.pk in db.file_contents,
         stored_contents=lambda: set(db.file_contents),
         lose_content=lambda record: db.file_contents.pop(record.pk, None),
+        turns=MemoryTurnStore(db),
     )

@@ -26,6 +26,7 @@ _PACKAGE = "agent_persistence.stores.memory"
 
 #: ``AGENT_PERSISTENCE`` keys that select the in-memory family, to splat into the setting.
 MEMORY_STORES: dict[str, str] = {
+    "TURN_STORE": f"{_PACKAGE}.turns.MemoryTurnStore",
     "CONVERSATION_STORE": f"{_PACKAGE}.conversations.MemoryConversationStore",
     "EVENT_STORE": f"{_PACKAGE}.events.MemoryEventStore",
     "LEASE_STORE": f"{_PACKAGE}.leases.MemoryLeaseStore",
