@@ -11,6 +11,7 @@
 - E008: DEAD_AFTER is not larger than HEARTBEAT_INTERVAL.
 - E009: a size limit above what the database backend can hold.
 - E010: MCP_SERVERS is not a dict of server name -> dict.
+- E011: the stores of the turn aggregate come from more than one backend family.
 
 Deployment checks, run by ``manage.py check --deploy`` only:
 
@@ -310,5 +311,60 @@ def check_memory_stores(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             "one process's memory, is lost on restart and is not shared with other processes.",
             hint="They are for tests (docs/howto/test-your-agents-in-memory.md); use the ORM stores in production.",
             id="agent_persistence.W002",
+        )
+    ]
+
+
+#: The stores a turn's transitions span: one backend family must serve them all.
+TURN_FAMILY_STORES = (
+    "TURN_STORE",
+    "CONVERSATION_STORE",
+    "EVENT_STORE",
+    "RUN_STORE",
+    "INTERRUPT_STORE",
+    "SUPERVISION_STORE",
+    "RECORDING_STORE",
+    "CHECKPOINT_STORE",
+)
+
+
+def store_family(store_class: Any) -> str:
+    """The backend family a store class belongs to: its ``family`` attribute, else its package."""
+    declared = getattr(store_class, "family", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    module = getattr(store_class, "__module__", "") or ""
+    if module.startswith("agent_persistence.stores.memory"):
+        return "memory"
+    if module.startswith("agent_persistence.stores."):
+        return "orm"
+    return module.rsplit(".", 1)[0]
+
+
+@register(Tags.compatibility)
+def check_store_families(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """E011: the stores of the turn aggregate come from more than one backend family.
+
+    The turn store's transitions write conversations, messages, runs,
+    interrupts, supervision rows and events in one transaction, and every
+    producer write is fenced through the supervision rows of the same family:
+    swapping one of these stores alone would leave the others writing rows it
+    never sees.
+    """
+    families: dict[str, list[str]] = {}
+    for name in TURN_FAMILY_STORES:
+        try:
+            store_class = getattr(app_settings, name)
+        except Exception:  # noqa: BLE001 - an import string that does not import is E002's to report
+            return []
+        families.setdefault(store_family(store_class), []).append(name)
+    if len(families) < 2:
+        return []
+    described = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
+    return [
+        Error(
+            f"{SETTING_NAME} mixes store families for the turn aggregate ({described}).",
+            hint="Swap these stores together (docs/howto/custom-store.md), e.g. all of agent_persistence.stores.memory.",
+            id="agent_persistence.E011",
         )
     ]

@@ -52,6 +52,12 @@ DEFAULTS: dict[str, Any] = {
     "REAPER_INTERVAL": 5.0,
     # Identifies this server process in supervision rows; None: "<hostname>:<pid>".
     "REPLICA_ID": None,
+    # Websockets: open sockets per user in one server process (None: no cap; the excess is
+    # closed with 4429), seconds between re-checks of every open socket's access, and the
+    # longest wait between reads of an idle conversation that no spanning layer covers.
+    "WEBSOCKET_MAX_PER_USER": 100,
+    "WEBSOCKET_ACCESS_CHECK_INTERVAL": 2.0,
+    "WEBSOCKET_IDLE_POLL_MAX": 5.0,
     # Limits, in bytes / rows.
     "MAX_FILE_BYTES": 25 * MIB,
     "MAX_STATE_BYTES": 4 * MIB,
@@ -150,11 +156,9 @@ app_settings = AppSettings(DEFAULTS)
 
 
 def reload_app_settings(*, setting: str, **kwargs: Any) -> None:
+    # The stores forget their instances on the same signal (agent_persistence.stores).
     if setting == SETTING_NAME:
         app_settings.reload()
-        from .stores import reset_stores
-
-        reset_stores()
 
 
 setting_changed.connect(reload_app_settings)

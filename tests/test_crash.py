@@ -232,7 +232,7 @@ def test_the_in_process_reaper_resumes_a_dead_turn(turn_env: dict[str, str], ali
     from django.db import connections
     from django.test import override_settings
 
-    from agent_persistence.runtime.producer import Supervisor
+    from agent_persistence.runtime.turns import supervisor as current_supervisor
 
     process, conversation_id, message_id = start_a(turn_env, alice)
     wait_for(lambda: checkpoint_next(conversation_id) >= 10, what="a checkpoint")
@@ -251,7 +251,7 @@ def test_the_in_process_reaper_resumes_a_dead_turn(turn_env: dict[str, str], ali
             connections.close_all()  # this worker thread's own connection
 
     async def host() -> None:
-        supervisor = Supervisor.current()  # what any turn start or stop in this process does first
+        supervisor = current_supervisor()  # what any turn start or stop in this process does first
         try:
             await asyncio.to_thread(wait_for_answer)
         finally:

@@ -24,7 +24,7 @@ import time
 import uuid
 import weakref
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable, Coroutine
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
@@ -294,11 +294,12 @@ class Supervisor:
         supervisor = cls._by_loop.get(loop)
         if supervisor is None:
             supervisor = cls._by_loop[loop] = cls()
-            if app_settings.REAPER_ENABLED:
-                from .turns import reap_forever
-
-                supervisor._reaper = loop.create_task(reap_forever(), name="agent_persistence.reaper")
         return supervisor
+
+    def start_reaper(self, reaper: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``reaper()`` on this loop, once (the lifecycle module passes its sweep)."""
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(reaper(), name="agent_persistence.reaper")
 
     def get(self, conversation_id: uuid.UUID) -> Producer | None:
         return self.producers.get(conversation_id)

@@ -44,6 +44,14 @@ class TurnHandle:
     took_over: bool = False
 
 
+def supervisor() -> Supervisor:
+    """The running loop's supervisor, with the in-process reaper started when ``REAPER_ENABLED``."""
+    current = Supervisor.current()
+    if app_settings.REAPER_ENABLED:
+        current.start_reaper(reap_forever)
+    return current
+
+
 # -- start -------------------------------------------------------------------------------------
 
 
@@ -64,7 +72,7 @@ def launch(plan: TurnPlan, *, took_over: bool = False) -> TurnHandle:
     producer = Producer(plan, get_agent(plan.agent_name))
     task = asyncio.get_running_loop().create_task(producer.drive(), name=f"agent_persistence.turn.{plan.message_id}")
     producer.task = task
-    Supervisor.current().add(producer)  # visible (heartbeat, stop) before the task first runs
+    supervisor().add(producer)  # visible (heartbeat, stop) before the task first runs
     return TurnHandle(plan.conversation_id, plan.message_id, plan.run_id, plan.epoch, plan.resumed, task, took_over)
 
 
@@ -137,7 +145,7 @@ async def cancel_turn(scope: Scope, conversation_id: Any) -> Any:
     heartbeat; a dead producer's turn is closed out here.
     """
     run = await sync_to_async(request_stop)(scope, conversation_id)
-    producer = Supervisor.current().get(run.conversation_id)
+    producer = supervisor().get(run.conversation_id)
     if producer is not None:
         producer.stop(Outcome.CANCELLED)
         return run

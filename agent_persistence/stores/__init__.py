@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from django.core.signals import setting_changed
+
+from ..conf import app_settings
 from .protocols import (
     CheckpointStoreProtocol,
     ConversationStoreProtocol,
@@ -36,8 +39,6 @@ def get_store(setting: str) -> Any:
     """The shared instance of the class named by the ``setting`` key of ``AGENT_PERSISTENCE``."""
     store = _instances.get(setting)
     if store is None:
-        from ..conf import app_settings
-
         store = _instances[setting] = getattr(app_settings, setting)()
     return store
 
@@ -45,6 +46,14 @@ def get_store(setting: str) -> Any:
 def reset_stores() -> None:
     """Forget the shared instances; the next accessor call builds them from the settings again."""
     _instances.clear()
+
+
+def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "AGENT_PERSISTENCE":
+        reset_stores()
+
+
+setting_changed.connect(_reset_on_setting_changed)
 
 
 def turn_store() -> TurnStoreProtocol:
