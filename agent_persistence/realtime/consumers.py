@@ -1,9 +1,24 @@
 """The websocket consumer: one socket follows, and can drive, one conversation.
 
 Thin by design: the protocol is in :mod:`.protocol`, following in
-:mod:`.follower`, turn entry points run on the process's producer loop
+:mod:`.follower`, the per-user cap and the access sweep in :mod:`.sockets`;
+turn entry points run on the process's producer loop
 (:func:`agent_persistence.runtime.loop.run_async`) so a turn never dies with
 the socket that started it.
+
+Two rules keep a socket from ever stranding work:
+
+- No frame ends the consumer: whatever parsing or handling a frame raises
+  becomes an ``error`` frame with a stable code (``internal_error`` for the
+  unforeseen, logged with its traceback) and the socket stays usable.
+- Every exit releases what the socket holds (its follower's task, reads and
+  hub subscription, its relay count, its place in the per-user count):
+  :meth:`ConversationConsumer.release` runs on disconnect, on a close by the
+  server and, from ``__call__``'s ``finally``, on any other way out.
+
+A socket has no channel of its own on the layer (the process's relay
+receives for every socket), so a channel layer that fails (Redis stopped)
+never drops a socket or refuses a new one.
 """
 
 from __future__ import annotations
@@ -14,7 +29,9 @@ import uuid
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.utils import await_many_dispatch
 
 from ..conf import app_settings
 from ..exceptions import AgentPersistenceError, NotFound, Validation
@@ -24,7 +41,8 @@ from ..scope import Scope
 from ..stores.base import readable_conversation
 from . import protocol
 from .delivery import layer_spans_processes, relay
-from .follower import Follower
+from .follower import AccessLost, Follower
+from .sockets import sockets
 
 logger = logging.getLogger(__name__)
 
@@ -37,15 +55,44 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     """``ws/conversations/<conversation_id>/``: see ``docs/reference/websocket.md``."""
 
     follower: Follower | None = None
+    user_scope: Scope | None = None
+    conversation_id: uuid.UUID | None = None
+    admitted = False
     relayed = False
+    released = False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Channels' dispatch loop, without a channel of the socket's own, releasing on every exit."""
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        try:
+            await await_many_dispatch([receive], self.dispatch)
+        except StopConsumer:
+            pass
+        finally:
+            await self.release()
 
     async def connect(self) -> None:
         # Accept first, so a refusal reaches the client as a close code rather than a bare HTTP 403.
         await self.accept()
+        try:
+            await self.admit()
+        except Exception:  # noqa: BLE001 - e.g. the database is down: refuse this socket, keep the server
+            logger.exception("Could not open a websocket to conversation %s.", self.scope.get("url_route", {}).get("kwargs"))
+            await self.close_quietly(protocol.CLOSE_INTERNAL_ERROR)
+            await self.release()
+
+    async def admit(self) -> None:
         self.user_scope = await database_sync_to_async(resolve_scope)(self.scope)
         if self.user_scope is None:
             await self.close(code=protocol.CLOSE_UNAUTHENTICATED)
             return
+        # The cap before any query: a user over it costs the server nothing more.
+        if not sockets().admit(self.user_scope, self):
+            await self.close(code=protocol.CLOSE_TOO_MANY_SOCKETS)
+            return
+        self.admitted = True
         try:
             conversation = await database_sync_to_async(readable_conversation)(
                 self.user_scope, self.scope["url_route"]["kwargs"]["conversation_id"]
@@ -53,30 +100,80 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         except (NotFound, Validation):
             # Absent and not readable look alike, so a socket never reveals that a conversation exists.
             await self.close(code=protocol.CLOSE_NOT_FOUND)
+            await self.release()
             return
-        self.conversation_id: uuid.UUID = conversation.pk
-        self.follower = Follower(self.user_scope, self.conversation_id, self.send_json)
-        if layer_spans_processes(self.channel_layer):
+        self.conversation_id = conversation.pk
+        spans = layer_spans_processes()
+        self.follower = Follower(
+            self.user_scope, self.conversation_id, self.send_json, on_access_lost=self.lose_access, relay=relay() if spans else None
+        )
+        if spans:
+            relay().follow(self.conversation_id)
             self.relayed = True
-            await relay().follow(self.conversation_id)
+        sockets().watch(self)
 
     async def disconnect(self, code: int) -> None:
         # A disconnect never stops a turn: only the follower goes.
-        if self.follower is not None:
-            await self.follower.close()
-        if self.relayed:
-            await relay().unfollow(self.conversation_id)
+        await self.release()
+
+    async def release(self) -> None:
+        """Let go of everything this socket holds; idempotent."""
+        if self.released:
+            return
+        self.released = True
+        try:
+            if self.follower is not None:
+                await self.follower.close()
+        finally:
+            if self.relayed:
+                relay().unfollow(self.conversation_id)
+            if self.admitted:
+                sockets().remove(self.user_scope, self)
+
+    async def lose_access(self) -> None:
+        """The user may no longer read the conversation: close with 4404 (as at connect) and release."""
+        if self.released:
+            return
+        logger.info("Closing a websocket of %s: conversation %s is no longer readable.", self.user_scope, self.conversation_id)
+        await self.close_quietly(protocol.CLOSE_NOT_FOUND)
+        await self.release()
+
+    async def close_quietly(self, code: int) -> None:
+        try:
+            await self.close(code=code)
+        except Exception:  # noqa: BLE001 - the client is already gone
+            logger.debug("Could not close a websocket (already closed).", exc_info=True)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
-        if self.follower is None:
+        if self.follower is None or self.released:
             return
         try:
             frame = protocol.parse_frame(text_data, bytes_data)
             await getattr(self, f"on_{frame['type']}")(frame)
-        except protocol.ProtocolError as exc:
-            await self.send_json(protocol.error(exc.code, str(exc), exc.field))
-        except AgentPersistenceError as exc:
-            await self.send_json(protocol.error(exc.code, str(exc), **_details(exc)))
+        except AccessLost:
+            await self.lose_access()
+        except Exception as exc:  # noqa: BLE001 - no frame may end the consumer
+            await self.refuse(exc)
+
+    async def refuse(self, exc: Exception) -> None:
+        """Answer a failed frame with an error frame; the socket stays open."""
+        try:
+            if isinstance(exc, protocol.ProtocolError):
+                frame = protocol.error(exc.code, str(exc), exc.field)
+            elif isinstance(exc, AgentPersistenceError):
+                details = _details(exc)
+                field = details.pop("field", None)
+                frame = protocol.error(exc.code, exc.message, field if isinstance(field, str) else None, details)
+            else:
+                raise exc
+            await self.send_json(frame)
+            return
+        except Exception:  # noqa: BLE001 - unforeseen (or an error frame that would not encode)
+            logger.exception("A websocket frame failed on conversation %s for %s.", self.conversation_id, self.user_scope)
+        try:
+            await self.send_json(protocol.error("internal_error", "The server could not handle this frame."))
+        except Exception:  # noqa: BLE001 - the client is gone
+            logger.debug("Could not send an error frame.", exc_info=True)
 
     # -- client frames ------------------------------------------------------------------------------
 

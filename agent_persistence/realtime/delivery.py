@@ -18,8 +18,10 @@ applies each update at most once and in order:
   work grows with processes, not sockets. A process ignores its own
   messages (the hub served them).
 
-When the layer does not span processes, followers elsewhere follow the
-recording (see :mod:`.follower`).
+When the layer does not span processes, or while the relay finds it down
+(Redis stopped or restarted: :meth:`Relay.covers` is false), followers follow
+the recording (see :mod:`.follower`). A layer failure never reaches a socket:
+sends and receives that fail are logged once per outage and retried.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 import uuid
 import weakref
 from collections import OrderedDict
@@ -38,9 +41,16 @@ from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from ..runtime import hooks
-from .groups import UPDATE_TYPE, conversation_group
+from .groups import PROBE_TYPE, UPDATE_TYPE, conversation_group
 
 logger = logging.getLogger(__name__)
+
+#: Seconds between two probes of a relay (see :class:`Relay`).
+PROBE_INTERVAL = 1.0
+#: A relay whose probes have not come back for this long is down (and joins its groups again).
+PROBE_TIMEOUT = 5.0
+#: Seconds between two attempts to reach a layer that failed.
+RETRY_INTERVAL = 0.5
 
 _origin: tuple[int, str] = (0, "")
 
@@ -101,8 +111,11 @@ class Hub:
             except RuntimeError:  # that consumer's loop is closed: it is gone
                 self.unsubscribe(subscription)
 
-    def count(self, conversation_id: uuid.UUID) -> int:
+    def count(self, conversation_id: uuid.UUID | None = None) -> int:
+        """Subscriptions of the conversation (of every conversation when None)."""
         with self._lock:
+            if conversation_id is None:
+                return sum(len(subscriptions) for subscriptions in self._subscriptions.values())
             return len(self._subscriptions.get(conversation_id, ()))
 
 
@@ -118,6 +131,7 @@ class GroupSender:
     def __init__(self) -> None:
         self.queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self.published: OrderedDict[tuple[uuid.UUID, uuid.UUID, int], int] = OrderedDict()
+        self.trouble = LayerTrouble("The group sender")
         self.task = asyncio.get_running_loop().create_task(self._send_forever(), name="agent_persistence.group_sender")
 
     def increment(self, update: hooks.StreamUpdate) -> tuple[int, str]:
@@ -144,9 +158,11 @@ class GroupSender:
                 *(layer.group_send(group, message) for group, message in merged),
                 return_exceptions=True,
             )
-            for (group, _), result in zip(merged, results):
-                if isinstance(result, BaseException):  # followers fall back to the recording
-                    logger.warning("Could not send an update to %s: %r", group, result)
+            failures = [result for result in results if isinstance(result, BaseException)]
+            if failures:  # followers elsewhere fill what is lost from the recording
+                self.trouble.failed(failures[0])
+            else:
+                self.trouble.cleared()
 
 
 def merge_updates(batch: list[tuple[str, Payload]]) -> list[tuple[str, Payload]]:
@@ -181,50 +197,183 @@ def group_sender() -> GroupSender:
 
 
 class Relay:
-    """This process's channel on the layer: receives the updates of the conversations followed here."""
+    """This process's channel on the layer: receives the updates of the conversations followed here.
 
-    def __init__(self) -> None:
-        self.layer = get_channel_layer()
+    ``followers`` counts the sockets of each conversation in this process (what
+    should be joined); ``joined`` holds the groups joined since the layer was
+    last seen working. Joining and leaving happen in one keeper task, never in
+    the caller: a socket's connect or exit never waits on the layer, and a
+    layer that is down (Redis stopped) delays no socket.
+
+    The keeper also proves the layer works: every :data:`PROBE_INTERVAL` it
+    sends a probe to a group only this relay has joined. A probe that comes
+    back shows that Redis answers and still holds this process's memberships;
+    none for :data:`PROBE_TIMEOUT` (or any layer error) marks the relay down:
+    a restarted Redis has lost every group, so all are joined again, and
+    meanwhile :meth:`covers` is false, so followers read the recording. Each
+    change of coverage is told to the conversation's followers through the
+    hub (a ``layer`` payload) so they read once and pick their pace.
+    """
+
+    def __init__(self, layer: Any = None) -> None:
+        self.layer = get_channel_layer() if layer is None else layer
         self.channel: str | None = None
         self.followers: dict[uuid.UUID, int] = {}
-        self.lock = asyncio.Lock()
-        self.task: asyncio.Task[None] | None = None
+        self.joined: set[uuid.UUID] = set()
+        self.healthy = False
+        self.probe_joined = False
+        self.last_probe_back = 0.0
+        self.changed = asyncio.Event()
+        self.keeper: asyncio.Task[None] | None = None
+        self.receiver: asyncio.Task[None] | None = None
+        self.trouble = LayerTrouble("The relay")
 
-    async def follow(self, conversation_id: uuid.UUID) -> None:
-        async with self.lock:
-            if self.channel is None or self.task is None or self.task.done():
-                # The default prefix: channels-redis reads all of a process's channels through one list.
-                self.channel = await self.layer.new_channel()
-                self.task = asyncio.get_running_loop().create_task(self._receive_forever(self.channel), name="agent_persistence.relay")
-                for followed in self.followers:
-                    await self.layer.group_add(conversation_group(followed), self.channel)
-            self.followers[conversation_id] = self.followers.get(conversation_id, 0) + 1
-            if self.followers[conversation_id] == 1:
-                await self.layer.group_add(conversation_group(conversation_id), self.channel)
+    def covers(self, conversation_id: uuid.UUID) -> bool:
+        """Whether updates of the conversation from other processes reach this process through the layer now."""
+        return self.healthy and conversation_id in self.joined
 
-    async def unfollow(self, conversation_id: uuid.UUID) -> None:
-        async with self.lock:
-            remaining = self.followers.get(conversation_id, 1) - 1
-            if remaining > 0:
-                self.followers[conversation_id] = remaining
-                return
-            self.followers.pop(conversation_id, None)
-            if self.channel is not None:
-                await self.layer.group_discard(conversation_group(conversation_id), self.channel)
+    def follow(self, conversation_id: uuid.UUID) -> None:
+        """One more socket of this process follows the conversation (joined by the keeper)."""
+        self._ensure_running()
+        self.followers[conversation_id] = self.followers.get(conversation_id, 0) + 1
+        if self.followers[conversation_id] == 1:
+            self.changed.set()
 
-    async def _receive_forever(self, channel: str) -> None:
-        me = origin()
+    def unfollow(self, conversation_id: uuid.UUID) -> None:
+        """One socket fewer; the group is left (by the keeper) when none remains."""
+        remaining = self.followers.get(conversation_id, 0) - 1
+        if remaining > 0:
+            self.followers[conversation_id] = remaining
+            return
+        self.followers.pop(conversation_id, None)
+        self.changed.set()
+
+    def _ensure_running(self) -> None:
+        if self.keeper is None or self.keeper.done():
+            self.keeper = asyncio.get_running_loop().create_task(self._keep(), name="agent_persistence.relay.keeper")
+
+    async def close(self) -> None:
+        """Stop the relay's tasks (tests; a server's relay lives as long as its loop)."""
+        for task in (self.keeper, self.receiver):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        self.keeper = self.receiver = None
+
+    # -- the keeper ---------------------------------------------------------------------------------
+
+    async def _keep(self) -> None:
+        if self.channel is None:
+            # The default prefix: channels-redis reads all of a process's channels through one list.
+            self.channel = await self.layer.new_channel()
+        probe = probe_group()
+        last_probe_sent = 0.0
         while True:
+            if self.receiver is None or self.receiver.done():
+                self.receiver = asyncio.get_running_loop().create_task(self._receive_forever(), name="agent_persistence.relay")
+            now = time.monotonic()
+            if self.healthy and now - self.last_probe_back > PROBE_TIMEOUT:
+                self.mark_down("no probe came back")
+            newly_joined: list[uuid.UUID] = []
             try:
-                message = await self.layer.receive(channel)
+                if not self.probe_joined:
+                    await self.layer.group_add(probe, self.channel)
+                    self.probe_joined = True
+                for conversation_id in list(self.followers.keys() - self.joined):
+                    await self.layer.group_add(conversation_group(conversation_id), self.channel)
+                    self.joined.add(conversation_id)
+                    newly_joined.append(conversation_id)
+                for conversation_id in list(self.joined - self.followers.keys()):
+                    self.joined.discard(conversation_id)
+                    await self.layer.group_discard(conversation_group(conversation_id), self.channel)
+                if time.monotonic() - last_probe_sent >= PROBE_INTERVAL or not self.healthy:
+                    last_probe_sent = time.monotonic()
+                    await self.layer.group_send(probe, {"type": PROBE_TYPE, "origin": origin()})
+                self.trouble.cleared()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the layer is down: followers read the recording meanwhile
-                logger.warning("The relay could not receive; retrying.", exc_info=True)
-                await asyncio.sleep(1.0)
+            except Exception as exc:  # noqa: BLE001 - the layer is down: followers read the recording meanwhile
+                self.trouble.failed(exc)
+                self.mark_down(f"{type(exc).__name__}")
+            if self.healthy:
+                self.notify(newly_joined)
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), PROBE_INTERVAL if self.healthy else RETRY_INTERVAL)
+            except asyncio.TimeoutError:
+                pass
+
+    def mark_down(self, reason: str) -> None:
+        """The layer failed, or may have lost this process's groups: join everything again."""
+        self.probe_joined = False
+        self.joined.clear()
+        if self.healthy:
+            self.healthy = False
+            logger.warning("The channel layer stopped delivering (%s): followers read the recording until it is back.", reason)
+            self.notify(self.followers)
+
+    def mark_up(self) -> None:
+        if not self.healthy:
+            self.healthy = True
+            logger.info("The channel layer delivers again; %d conversations joined.", len(self.joined))
+            self.notify(self.joined)
+
+    def notify(self, conversation_ids: Any) -> None:
+        """Tell the followers of these conversations that their coverage changed."""
+        for conversation_id in list(conversation_ids):
+            hub.publish(conversation_id, {"kind": "layer"})
+
+    # -- the receiver ---------------------------------------------------------------------------------
+
+    async def _receive_forever(self) -> None:
+        me = origin()
+        assert self.channel is not None
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the layer is down: followers read the recording meanwhile
+                self.trouble.failed(exc)
+                self.mark_down(f"{type(exc).__name__}")
+                await asyncio.sleep(RETRY_INTERVAL)
                 continue
-            if message.get("origin") != me and "conversation_id" in message:
-                hub.publish(uuid.UUID(message["conversation_id"]), message["payload"])
+            try:
+                if message.get("type") == PROBE_TYPE:
+                    if message.get("origin") == me:
+                        self.last_probe_back = time.monotonic()
+                        if self.probe_joined:
+                            self.mark_up()
+                elif message.get("origin") != me and "conversation_id" in message:
+                    hub.publish(uuid.UUID(message["conversation_id"]), message["payload"])
+            except Exception:  # noqa: BLE001 - one bad message must not stop the relay
+                logger.warning("The relay dropped a message it could not read.", exc_info=True)
+
+
+class LayerTrouble:
+    """Logs a failing layer once per outage (with the error), and once when it works again."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.failing = False
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.failing:
+            self.failing = True
+            logger.warning("%s could not reach the channel layer: %r", self.who, exc)
+
+    def cleared(self) -> None:
+        if self.failing:
+            self.failing = False
+            logger.warning("%s reaches the channel layer again.", self.who)
+
+
+def probe_group() -> str:
+    """The group only this process's relay joins (for its probes)."""
+    return f"agent_persistence.relay.{origin()}"
 
 
 _relays: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Relay]" = weakref.WeakKeyDictionary()

@@ -8,11 +8,21 @@ one queue and one task, so frames leave in order:
 - live updates from the hub (this process) or the channel layer (other
   processes), see :mod:`.delivery`;
 - reads of the turn (supervision row, recording, final message, pending
-  interrupts) at attach time and then periodically: every
-  ``RECORDING_FLUSH_INTERVAL`` when no live source covers the turn (the
-  layer does not span processes and no producer of this process streamed
-  lately), and every ``DEAD_AFTER / 2`` otherwise, as a safety net that also
-  notices a dead producer; skipped while live updates keep coming.
+  interrupts) at attach time and then at the pace of
+  :meth:`Follower.poll_interval`: for a live turn every
+  ``RECORDING_FLUSH_INTERVAL`` when no live source covers it (the layer does
+  not span processes, or the relay finds it down, and no producer of this
+  process streamed lately), and every ``DEAD_AFTER / 2`` otherwise, as a
+  safety net that also notices a dead producer, skipped while live updates
+  keep coming; for a conversation with no turn running, never while the
+  relay covers it (the next turn wakes the follower with a layer message),
+  and with back-off up to ``WEBSOCKET_IDLE_POLL_MAX`` when nothing does.
+
+Access is checked again at every attach and before the follower switches
+to a turn the client has not seen; a read that finds the conversation no
+longer readable ends the follower with :class:`AccessLost` (the consumer
+closes the socket with 4404). The periodic check of idle sockets is
+:mod:`.sockets`.
 
 An update is applied only if it is newer: a higher epoch, or the same epoch
 and a higher index (a resumed producer starts from the recording's index, so
@@ -28,21 +38,26 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from ..conf import app_settings
+from ..exceptions import NotFound
 from ..models import Interrupt, Message
 from ..scope import Scope
 from ..stores import recording_store, supervision_store
+from ..stores.base import readable_conversation
 from ..stores.supervision import status_of
-from .delivery import Payload, hub, layer_spans_processes
+from .delivery import Payload, hub
 
 logger = logging.getLogger(__name__)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: Doublings of an idle conversation's poll interval (it stops at ``WEBSOCKET_IDLE_POLL_MAX`` anyway).
+MAX_BACK_OFF_STEPS = 16
 
 
 @dataclass
@@ -100,19 +115,76 @@ def _read_turn_closing(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
         close_old_connections()
 
 
-async def read_turn_async(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
+def check_readable(scope: Scope, conversation_id: uuid.UUID) -> None:
+    """NotFound unless ``scope`` may read the conversation now (the stores' read check)."""
+    readable_conversation(scope, conversation_id)
+
+
+def _read_turn_checked(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
+    close_old_connections()
+    try:
+        check_readable(scope, conversation_id)
+        return read_turn(scope, conversation_id)
+    finally:
+        close_old_connections()
+
+
+def _check_readable_closing(scope: Scope, conversation_id: uuid.UUID) -> None:
+    close_old_connections()
+    try:
+        check_readable(scope, conversation_id)
+    finally:
+        close_old_connections()
+
+
+async def read_turn_async(scope: Scope, conversation_id: uuid.UUID, *, check_access: bool = False) -> TurnView:
     """:func:`read_turn` in a worker thread of its own, not the process's one thread-sensitive
-    database thread that producers write on: followers' reads never queue behind their writes."""
-    return await sync_to_async(_read_turn_closing, thread_sensitive=False)(scope, conversation_id)
+    database thread that producers write on: followers' reads never queue behind their writes.
+
+    With ``check_access`` the read is preceded by :func:`check_readable`. AccessLost when
+    ``scope`` may not read the conversation (any read that raises NotFound).
+    """
+    try:
+        return await sync_to_async(_read_turn_checked if check_access else _read_turn_closing, thread_sensitive=False)(
+            scope, conversation_id
+        )
+    except NotFound:
+        raise AccessLost from None
+
+
+async def check_readable_async(scope: Scope, conversation_id: uuid.UUID) -> None:
+    """:func:`check_readable` in a worker thread; AccessLost when the check fails."""
+    try:
+        await sync_to_async(_check_readable_closing, thread_sensitive=False)(scope, conversation_id)
+    except NotFound:
+        raise AccessLost from None
+
+
+class AccessLost(Exception):
+    """The socket's user may no longer read the conversation (it was unshared or deleted)."""
+
+
+class Coverage(Protocol):
+    """Whether the channel layer brings a conversation's updates from other processes (the relay)."""
+
+    def covers(self, conversation_id: uuid.UUID) -> bool: ...
 
 
 class Follower:
-    """Streams one conversation to one client through ``send``."""
+    """Streams one conversation to one client through ``send``.
 
-    def __init__(self, scope: Scope, conversation_id: uuid.UUID, send: Send) -> None:
+    ``on_access_lost`` is awaited (in a task of its own) when a read finds the
+    conversation no longer readable; ``relay`` is the process's relay when the
+    channel layer spans processes.
+    """
+
+    def __init__(self, scope: Scope, conversation_id: uuid.UUID, send: Send, *,
+                 on_access_lost: Callable[[], Awaitable[None]] | None = None, relay: Coverage | None = None) -> None:
         self.scope = scope
         self.conversation_id = conversation_id
         self.send = send
+        self.on_access_lost = on_access_lost
+        self.relay = relay
         self.queue: asyncio.Queue[Payload] = asyncio.Queue()
         self.message_id: uuid.UUID | None = None
         self.epoch = 0
@@ -120,29 +192,37 @@ class Follower:
         self.offset = 0
         self.tool_calls: list[dict[str, Any]] | None = None
         self.status: tuple[Any, ...] | None = None
+        self.state: str | None = None  # the turn's state as last sent in a status frame
         self.finalized: set[uuid.UUID] = set()
         self.interrupts_sent: tuple[str, ...] = ()
         self.last_live = 0.0
+        self.last_read = 0.0
+        self.read_requested = False
+        self.idle_polls = 0  # reads in a row that found nothing new (the back-off's exponent)
+        self.last_seen: tuple[Any, ...] | None = None
         self.switches = 0  # turns switched to so far; a read started before a switch is stale
         self.behind = False
         self.task: asyncio.Task[None] | None = None
         self.subscription: Any = None
-        self.spans = layer_spans_processes()
 
     def push(self, payload: Payload) -> None:
         """An update from the hub or the channel layer (called on the consumer's loop)."""
         self.queue.put_nowait(payload)
 
     async def attach(self, *, last_index: int | None, offset: int | None, message_id: uuid.UUID | None) -> None:
-        """Send the status and the catch-up from the client's position, then follow live."""
+        """Send the status and the catch-up from the client's position, then follow live.
+
+        Access is checked again first: AccessLost when the user may no longer read the conversation.
+        """
         await self.stop()
         if self.subscription is None:
             # Subscribe before reading, so nothing between the read and the first live update is missed.
             self.subscription = hub.subscribe(self.conversation_id, self.push)
-        view = await read_turn_async(self.scope, self.conversation_id)
+        view = await read_turn_async(self.scope, self.conversation_id, check_access=True)
         self.status = None
         self.finalized.clear()
         self.interrupts_sent = ()
+        self.last_read, self.idle_polls, self.last_seen = time.monotonic(), 0, None
         self.message_id, self.epoch, self.index, self.offset, self.tool_calls = view.message_id, 0, 0, 0, None
         if view.message_id is not None and message_id in (None, view.message_id) and (last_index or offset):
             known = view.record["index"] if view.record else 0
@@ -166,50 +246,84 @@ class Follower:
                 await self.task
             except asyncio.CancelledError:
                 pass
+            except Exception:  # noqa: BLE001 - the follow loop logs its own failures
+                logger.debug("The follower of conversation %s ended with an error.", self.conversation_id, exc_info=True)
             self.task = None
 
     async def close(self) -> None:
+        """Stop following for good: no task, no reads, no hub subscription."""
         if self.subscription is not None:
             hub.unsubscribe(self.subscription)
+            self.subscription = None
         await self.stop()
 
     # -- the follow loop --------------------------------------------------------------------------
 
-    def poll_interval(self) -> float:
-        if self.behind:
-            return app_settings.RECORDING_FLUSH_INTERVAL
-        live = self.spans or time.monotonic() - self.last_live < app_settings.DEAD_AFTER / 2
-        return app_settings.DEAD_AFTER / 2 if live else app_settings.RECORDING_FLUSH_INTERVAL
+    def covered(self) -> bool:
+        return self.relay is not None and self.relay.covers(self.conversation_id)
 
-    # A follower reads the turn only when no live update came for a poll interval (or it is
-    # behind): while a turn streams live, its sockets cost the database nothing.
+    def poll_interval(self) -> float | None:
+        """Seconds between reads of the turn now; None: no reads until an update arrives.
+
+        - behind (a gap to fill): every ``RECORDING_FLUSH_INTERVAL``;
+        - a turn alive: every ``DEAD_AFTER / 2`` as a safety net (it also notices a dead
+          producer) when the layer or this process's hub delivers it live, else every
+          ``RECORDING_FLUSH_INTERVAL``;
+        - no turn running (idle, done, errored, interrupted, dead): never while the relay
+          covers the conversation (a new turn, a resume or a seal arrives as a layer
+          message); otherwise with back-off, doubling from ``RECORDING_FLUSH_INTERVAL`` up
+          to ``WEBSOCKET_IDLE_POLL_MAX`` while reads find nothing new.
+        """
+        flush = app_settings.RECORDING_FLUSH_INTERVAL
+        if self.behind:
+            return flush
+        covered = self.covered()
+        if self.state == "alive":
+            live = covered or time.monotonic() - self.last_live < app_settings.DEAD_AFTER / 2
+            return app_settings.DEAD_AFTER / 2 if live else flush
+        if covered:
+            return None
+        return min(flush * 2 ** self.idle_polls, max(flush, app_settings.WEBSOCKET_IDLE_POLL_MAX))
+
+    def next_read_at(self) -> float | None:
+        """When the next read is due (``time.monotonic()``), None when none is."""
+        if self.read_requested:
+            return 0.0
+        interval = self.poll_interval()
+        if interval is None:
+            return None
+        if self.behind:
+            return self.last_read + interval
+        # While live updates flow, the turn is alive and nothing is missing: no read needed.
+        return max(self.last_read, self.last_live) + interval
 
     async def follow(self) -> None:
         reading: asyncio.Task[None] | None = None
-        next_read = time.monotonic() + self.poll_interval()
         try:
             while True:
-                timeout = max(0.0, next_read - time.monotonic())
-                try:
-                    payload = await asyncio.wait_for(self.queue.get(), timeout)
-                except asyncio.TimeoutError:
-                    payload = None
                 now = time.monotonic()
-                if payload is None and not self.behind and now - self.last_live < self.poll_interval():
-                    # Live updates flow: the turn is alive and nothing is missing, no read needed.
-                    next_read = self.last_live + self.poll_interval()
-                elif payload is None or self.behind:
+                due = self.next_read_at()
+                if due is not None and due <= now:
                     # The read runs beside live delivery: a busy database never holds up the hub.
                     if reading is None or reading.done():
                         reading = asyncio.get_running_loop().create_task(self.read())
-                    next_read = now + self.poll_interval()
-                if payload is not None:
-                    try:
-                        await self.apply_payload(payload)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:  # noqa: BLE001 - e.g. the client went away mid-send
-                        logger.info("Could not deliver an update of conversation %s.", self.conversation_id, exc_info=True)
+                    self.last_read, self.read_requested = now, False
+                    due = self.next_read_at()
+                try:
+                    payload = await asyncio.wait_for(self.queue.get(), None if due is None else max(0.0, due - now))
+                except asyncio.TimeoutError:
+                    continue
+                if payload["kind"] == "access_lost":
+                    raise AccessLost
+                try:
+                    await self.apply_payload(payload)
+                except (asyncio.CancelledError, AccessLost):
+                    raise
+                except Exception:  # noqa: BLE001 - e.g. the client went away mid-send
+                    logger.info("Could not deliver an update of conversation %s.", self.conversation_id, exc_info=True)
+        except AccessLost:
+            if self.on_access_lost is not None:
+                asyncio.get_running_loop().create_task(self.on_access_lost())
         finally:
             if reading is not None:
                 reading.cancel()
@@ -219,6 +333,9 @@ class Follower:
         switches = self.switches
         try:
             view = await read_turn_async(self.scope, self.conversation_id)
+        except AccessLost:
+            self.queue.put_nowait({"kind": "access_lost"})
+            return
         except Exception:  # noqa: BLE001
             logger.warning("Reading the turn of conversation %s failed; retrying.", self.conversation_id, exc_info=True)
             return
@@ -227,28 +344,37 @@ class Follower:
     # -- applying -------------------------------------------------------------------------------------
 
     async def apply_payload(self, payload: Payload) -> None:
-        if payload["kind"] == "view":
+        kind = payload["kind"]
+        if kind == "layer":
+            # The relay's coverage changed (the layer went down, came back, or joined the group):
+            # read once, for what the layer may have missed, then keep the pace that fits.
+            self.read_requested = True
+            return
+        if kind == "view":
             view = payload["view"]
             if view.message_id != self.message_id and payload["switches"] != self.switches:
                 return  # read before a newer turn arrived live: stale
             await self.apply_view(view)
             return
-        if payload["kind"] == "sealed":
+        if kind == "sealed":
             await self.apply_view(await read_turn_async(self.scope, self.conversation_id))
             return
         self.last_live = time.monotonic()
+        self.idle_polls = 0
         message_id = uuid.UUID(payload["message_id"])
         await self.advance(message_id, payload["epoch"], payload["index"], payload["offset"], payload["text"], payload["tool_calls"],
                            run_id=payload.get("run_id"))
 
     async def switch_to(self, message_id: uuid.UUID, state: str = "alive", run_id: Any = None, epoch: int = 0) -> None:
-        """A turn the client has not seen: start it from nothing."""
+        """A turn the client has not seen: start it from nothing, once the user may still read it."""
+        await check_readable_async(self.scope, self.conversation_id)
         self.message_id, self.epoch, self.index, self.offset, self.tool_calls = message_id, 0, 0, 0, None
         self.interrupts_sent = ()
         self.switches += 1
         await self.send_status(state, message_id, run_id, epoch)
 
     async def send_status(self, state: str, message_id: uuid.UUID | None, run_id: Any, epoch: int) -> None:
+        self.state = state
         status = (state, message_id, run_id, epoch)
         if status == self.status:
             return
@@ -276,6 +402,9 @@ class Follower:
             return
         self.behind = False
         new_text = text[self.offset - base:]
+        if epoch > self.epoch and self.epoch and run_id is not None:
+            # A resumed producer: every follower learns the run and epoch that hold the turn now.
+            await self.send_status("alive", message_id, run_id, epoch)
         self.epoch, self.index = epoch, index
         changed_calls = tool_calls != self.tool_calls
         if not new_text and not changed_calls:
@@ -288,6 +417,11 @@ class Follower:
         await self.send(frame)
 
     async def apply_view(self, view: TurnView, *, attaching: bool = False) -> None:
+        seen = (view.state, view.message_id, view.record["index"] if view.record else None, view.final is not None,
+                tuple(interrupt["id"] for interrupt in view.interrupts))
+        if not attaching:  # the back-off grows while reads find the same turn
+            self.idle_polls = min(self.idle_polls + 1, MAX_BACK_OFF_STEPS) if seen == self.last_seen else 0
+        self.last_seen = seen
         if view.message_id is None:
             await self.send_status("idle", None, None, view.epoch)
             return

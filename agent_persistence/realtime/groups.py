@@ -10,6 +10,8 @@ import uuid
 
 #: The ``type`` of a group message (received by each process's relay, see :mod:`.delivery`).
 UPDATE_TYPE = "agent_persistence.update"
+#: The ``type`` of a relay's probe, sent to a group only that relay joins (see :class:`.delivery.Relay`).
+PROBE_TYPE = "agent_persistence.probe"
 
 
 def conversation_group(conversation_id: uuid.UUID) -> str:

@@ -5,15 +5,17 @@ Every frame is a JSON object with a ``type``. See ``docs/reference/websocket.md`
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
+from .. import json_policy
 from ..conf import app_settings
 
 # Close codes (sent after the handshake, so the client sees them).
 CLOSE_UNAUTHENTICATED = 4401
-CLOSE_NOT_FOUND = 4404
+CLOSE_NOT_FOUND = 4404  # at connect, and when the conversation stops being readable
+CLOSE_TOO_MANY_SOCKETS = 4429  # over WEBSOCKET_MAX_PER_USER in this server process
+CLOSE_INTERNAL_ERROR = 1011  # the server could not open the socket (e.g. its database is down)
 
 CLIENT_TYPES = frozenset({"attach", "start", "stop", "answer", "resume"})
 # The fields each client frame may carry besides ``type``.
@@ -41,15 +43,18 @@ def max_frame_bytes() -> int:
 
 
 def parse_frame(text: str | None, data: bytes | None) -> dict[str, Any]:
-    """The validated client frame; ProtocolError otherwise."""
+    """The validated client frame; ProtocolError, or Validation from the JSON policy, otherwise.
+
+    The text goes through :func:`agent_persistence.json_policy.parse`, as REST
+    bodies do: ``malformed_request`` when it is not JSON or nests deeper than
+    ``JSON_MAX_DEPTH`` (measured before decoding), ``invalid`` for lone
+    surrogates, NUL and numbers out of range.
+    """
     if text is None:
         raise ProtocolError("invalid_frame", "Frames are JSON text, not binary.")
-    if len(text) > max_frame_bytes() or len(text.encode()) > max_frame_bytes():
+    if len(text) > max_frame_bytes() or len(text.encode("utf-8", "surrogatepass")) > max_frame_bytes():
         raise ProtocolError("frame_too_large", f"Frames are limited to {max_frame_bytes()} bytes.")
-    try:
-        frame = json.loads(text)
-    except ValueError:
-        raise ProtocolError("invalid_json", "The frame is not valid JSON.") from None
+    frame = json_policy.parse(text, field_name="frame")
     if not isinstance(frame, dict):
         raise ProtocolError("invalid_frame", "A frame is a JSON object.")
     kind = frame.get("type")
@@ -90,7 +95,7 @@ def _raise() -> uuid.UUID:
     raise ValueError
 
 
-def error(code: str, message: str, field: str | None = None, **details: Any) -> dict[str, Any]:
+def error(code: str, message: str, field: str | None = None, details: dict[str, Any] | None = None) -> dict[str, Any]:
     frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
     if field:
         frame["field"] = field

@@ -1,10 +1,14 @@
-"""Settings of the end-to-end server processes: the test settings, with Redis when REDIS_URL is set."""
+"""Settings of the end-to-end server processes: the test settings, with Redis when REDIS_URL is set.
+
+``AP_ACCESS_CHECK_INTERVAL`` shortens the websocket access sweep (the fault tests).
+"""
 
 from __future__ import annotations
 
 import os
 
 from tests.settings import *  # noqa: F401,F403
+from tests.settings import AGENT_PERSISTENCE
 
 if os.environ.get("REDIS_URL"):
     # redis-py 8 reads with a 5 s socket timeout by default, the same as channels-redis's
@@ -15,3 +19,6 @@ if os.environ.get("REDIS_URL"):
             "CONFIG": {"hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": 30}]},
         }
     }
+
+if os.environ.get("AP_ACCESS_CHECK_INTERVAL"):
+    AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "WEBSOCKET_ACCESS_CHECK_INTERVAL": float(os.environ["AP_ACCESS_CHECK_INTERVAL"])}

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -104,7 +105,8 @@ async def receive(connection: Any, client: StreamClient, until: str = "final", t
             return client
 
 
-def server_env(database_name: str, redis: bool) -> dict[str, str]:
+def server_env(database_name: str, redis: bool, redis_url: str | None = None) -> dict[str, str]:
+    """The environment of a server process; Redis at ``redis_url`` (else ``REDIS_URL``) when ``redis``."""
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
     env.update({
         "AP_TEST_DB_NAME": database_name,
@@ -114,5 +116,11 @@ def server_env(database_name: str, redis: bool) -> dict[str, str]:
         "PYTHONPATH": str(ROOT),
     })
     if redis:
-        env["REDIS_URL"] = os.environ["REDIS_URL"]
+        env["REDIS_URL"] = redis_url or os.environ["REDIS_URL"]
     return env
+
+
+def server_stats(server: Server) -> dict[str, Any]:
+    """The server's realtime state and SQL statement count (``/_realtime/stats``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/_realtime/stats", timeout=10) as response:
+        return json.loads(response.read())

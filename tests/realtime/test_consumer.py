@@ -226,7 +226,7 @@ async def test_an_interrupt_is_shown_and_answered_over_the_socket(users: Any) ->
 @pytest.mark.parametrize(
     ("payload", "code"),
     [
-        ("{not json", "invalid_json"),
+        ("{not json", "malformed_request"),
         ("[1, 2]", "invalid_frame"),
         ('{"kind": "attach"}', "invalid_frame"),
         ('{"type": "subscribe"}', "unknown_type"),
