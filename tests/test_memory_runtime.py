@@ -23,6 +23,7 @@ from agent_persistence.runtime.producer import Outcome
 from agent_persistence.runtime.turns import cancel_turn, continue_turn, resume_turn, start_turn
 from agent_persistence.signals import conversation_updated
 from agent_persistence.stores import (
+    checkpoint_store,
     conversation_store,
     event_store,
     interrupt_store,
@@ -173,19 +174,22 @@ def test_a_stop_ends_the_turn_as_cancelled_and_keeps_the_partial_answer(alice: A
     assert conversation_store().get(alice, conversation_id).last_turn_status == "cancelled"
 
 
-def test_a_producer_that_dies_mid_answer_is_resumed_from_its_checkpoint(alice: Any, tmp_path: Any) -> None:
+def test_a_producer_that_dies_mid_answer_is_resumed_from_its_checkpoint(
+    alice: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The producer task is killed (no seal, no more heartbeats); once it reads dead, resume re-drives it here."""
     conversation_id = uuid.uuid4()
-    assert len(CHUNKS) > TOOL_AT + 5  # the kill lands after the tool call and before the end
+    monkeypatch.setenv("AP_CHUNK_DELAY", "0.02")  # long enough a turn to kill it between the tool and the end
+    assert len(CHUNKS) > TOOL_AT + 5
 
     def checkpointed_past_the_tool() -> bool:
-        state = turn_store().read_turn(alice, conversation_id)
-        return state.record is not None and state.record["index"] > TOOL_AT + 5
+        state = checkpoint_store().load(conversation_id)
+        return state.get("agent", {}).get("next", 0) > TOOL_AT + 2
 
     async def scenario() -> Any:
         dying = await start_turn(alice, conversation_id, content="go", agent="scripted")
         await until(checkpointed_past_the_tool)
-        await asyncio.sleep(FAST["CHECKPOINT_INTERVAL"] * 3)  # a checkpoint past the tool call is saved
+        assert not dying.task.done()
         dying.task.cancel()  # a crash: the producer stops without sealing and stops heartbeating
         assert await dying.task is Outcome.ABANDONED
         assert turn_store().read_turn(alice, conversation_id).state == "alive"
