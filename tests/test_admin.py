@@ -244,6 +244,24 @@ def test_a_conversation_lets_staff_change_only_title_and_shared(admin_client: An
     assert models.Interrupt.objects.get(pk=rows["interrupt"].pk).status == "pending"
 
 
+def test_a_long_conversation_inlines_only_its_latest_runs_and_events(admin_client: Any, rows: dict[str, Any]) -> None:
+    conversation = rows["conversation"]
+    models.Event.objects.filter(conversation=conversation).delete()
+    models.Event.objects.bulk_create(models.Event(conversation=conversation, seq=seq, type=f"type_{seq}") for seq in range(1, 61))
+    models.Run.objects.bulk_create(
+        models.Run(conversation=conversation, message_id=uuid.uuid4(), name=f"run-{n}", started_at=timezone.now() - timedelta(minutes=n)) for n in range(1, 60)
+    )
+    models.Conversation.objects.filter(pk=conversation.pk).update(last_event_seq=60)
+    page = change_page(admin_client, conversation.pk)
+    events = re.findall(r'<td class="field-type">\s*<p>(type_\d+)</p>', page)
+    assert events == [f"type_{seq}" for seq in range(11, 61)]
+    assert 'name="runs-INITIAL_FORMS" value="50"' in page and "run-49" in page and "run-50" not in page
+    assert "60 events</a>" in page and "60 runs</a>" in page and f"?conversation__id__exact={conversation.pk}" in page
+    form = {**browser_form(page), "title": "Still editable", "_save": "Save"}
+    assert admin_client.post(url("conversation_change", conversation.pk), form).status_code == 302
+    assert models.Conversation.objects.get(pk=conversation.pk).title == "Still editable"
+
+
 def test_conversations_are_not_added_in_the_admin(admin_client: Any, db: Any) -> None:
     assert admin_client.get(url("conversation_add")).status_code == 403
 

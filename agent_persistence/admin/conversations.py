@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -33,6 +34,9 @@ from .runtime import conversation_link
 #: Messages shown on a conversation's page (the latest ones); the message list has them all.
 TRANSCRIPT_LIMIT = 200
 
+#: Runs, interrupts and events shown inline (the latest ones); their lists, filtered by conversation, have them all.
+INLINE_LIMIT = 50
+
 #: What staff may change on a conversation; everything else is the owner's or the runtime's.
 EDITABLE_CONVERSATION_FIELDS = ("title", "shared")
 
@@ -40,9 +44,16 @@ def owner_scope(conversation: models.Conversation) -> Scope:
     return Scope(tenant=conversation.tenant, user=conversation.owner)
 
 
+def latest_ids(queryset: Any, conversation: models.Conversation, newest_first: str) -> list[Any]:
+    return list(queryset.filter(conversation=conversation).order_by(newest_first).values_list("pk", flat=True)[:INLINE_LIMIT])
+
+
 class RunInline(ReadOnlyInline):
     model = models.Run
     fk_name = "conversation"
+
+    def latest(self, queryset: Any, conversation: models.Conversation) -> Any:
+        return queryset.filter(pk__in=latest_ids(queryset, conversation, "-started_at"))
     fields = ("run", "name", "status", "turn", "parent", "epoch", "started_at", "finished_at", "error")
     readonly_fields = fields
 
@@ -57,6 +68,9 @@ class RunInline(ReadOnlyInline):
 
 class InterruptInline(ReadOnlyInline):
     model = models.Interrupt
+
+    def latest(self, queryset: Any, conversation: models.Conversation) -> Any:
+        return queryset.filter(pk__in=latest_ids(queryset, conversation, "-requested_at"))
     fields = ("interrupt", "kind", "status", "question", "answer", "requested_at", "resolved_at", "resolved_by", "expires_at")
     readonly_fields = fields
 
@@ -80,6 +94,9 @@ class EventInline(ReadOnlyInline):
     ordering = ("seq",)
     show_change_link = False
 
+    def latest(self, queryset: Any, conversation: models.Conversation) -> Any:
+        return queryset.filter(seq__gt=conversation.last_event_seq - INLINE_LIMIT)
+
     @admin.display(description=_("data"))
     def summary(self, obj: models.Event) -> str:
         return compact_json(obj.data, 120)
@@ -93,8 +110,8 @@ class ConversationAdmin(admin.ModelAdmin):
     search_fields = ("id", "title", "owner", "agent")
     date_hierarchy = "created_at"
     fieldsets = (
-        (None, {"fields": ("title", "shared", "id", "tenant", "owner", "agent")}),
-        (_("Turn"), {"fields": ("live_turn", "last_turn_status", "epoch", "version", "action_due_at")}),
+        (None, {"fields": (("title", "shared"), ("owner", "tenant", "agent"), "id")}),
+        (_("Turn"), {"fields": ("live_turn", ("last_turn_status", "epoch", "version"), "history", "action_due_at")}),
         (_("Transcript"), {"fields": ("transcript",)}),
         (
             _("Metadata and state"),
@@ -113,9 +130,15 @@ class ConversationAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).select_related("supervision")
 
+    def get_formset_kwargs(self, request: HttpRequest, obj: Any, inline: Any, prefix: str) -> dict[str, Any]:
+        """Inline only the latest runs, interrupts and events: a long conversation has thousands."""
+        kwargs: dict[str, Any] = super().get_formset_kwargs(request, obj, inline, prefix)
+        if obj is not None and obj.pk is not None and hasattr(inline, "latest"):
+            kwargs["queryset"] = inline.latest(kwargs["queryset"], obj)
+        return kwargs
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        every_field = [name for fieldset in self.fieldsets for name in fieldset[1]["fields"]]
-        return [name for name in every_field if name not in EDITABLE_CONVERSATION_FIELDS]
+        return [name for name in flatten_fieldsets(self.fieldsets) if name not in EDITABLE_CONVERSATION_FIELDS]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # a conversation is created by its owner (the API), never on their behalf
@@ -161,6 +184,17 @@ class ConversationAdmin(admin.ModelAdmin):
             url = reverse("admin:agent_persistence_message_changelist") + f"?conversation__id__exact={obj.pk}"
             more = format_html('<p><a href="{}">{}</a></p>', url, _("The last %(shown)d of %(total)d messages: see all") % {"shown": len(rows), "total": total})
         return format_html('{}<ol class="ap-transcript">{}</ol>', more, body)
+
+    @admin.display(description=_("runs, interrupts, events"))
+    def history(self, obj: models.Conversation) -> SafeString:
+        """How many of each the conversation holds, each linking to all of them."""
+        links = []
+        for model in (models.Run, models.Interrupt, models.Event):
+            url = reverse(f"admin:agent_persistence_{model._meta.model_name}_changelist") + f"?conversation__id__exact={obj.pk}"
+            count = model.objects.filter(conversation=obj).count()
+            links.append((url, count, model._meta.verbose_name if count == 1 else model._meta.verbose_name_plural))
+        body = format_html_join(" · ", '<a href="{}">{} {}</a>', links)
+        return format_html("{} <small>({})</small>", body, _("below: the latest %(limit)d of each") % {"limit": INLINE_LIMIT})
 
     @admin.display(description=_("metadata"))
     def metadata_json(self, obj: models.Conversation) -> SafeString:

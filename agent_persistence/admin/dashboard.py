@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from functools import cached_property
 
 from django.db.models import Count, Min, Q
-from django.http import HttpRequest
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -105,9 +104,6 @@ def compute_dashboard(now: datetime | None = None) -> Dashboard:
 
 class LazyDashboard:
     """The dashboard, computed on first use by a template (the admin builds its app list on every page)."""
-
-    def __init__(self, request: HttpRequest) -> None:
-        self.request = request
 
     @cached_property
     def summary(self) -> Dashboard:

@@ -112,7 +112,7 @@ class TurnSupervisionAdmin(ConversationColumnMixin, ReadOnlyAdmin):
         """
         perms: dict[str, Any] = super().get_model_perms(request)
         if self.has_view_permission(request):
-            perms["dashboard"] = LazyDashboard(request)
+            perms["dashboard"] = LazyDashboard()
         return perms
 
     @admin.display(description=_("live status"))
