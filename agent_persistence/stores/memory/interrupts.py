@@ -57,7 +57,7 @@ class MemoryInterruptStore:
         expires_at = clean_datetime(expires_at, "expires_at")
         epoch = clean_epoch(epoch)
         with self.db.lock:
-            conversation = self._runs.producer_conversation(scope, conversation_id, epoch)
+            conversation = self._runs._producer_conversation(scope, conversation_id, epoch)
             existing = self.db.interrupts.get(interrupt_id)
             if existing is not None:
                 if existing.conversation_id != conversation.pk:
@@ -165,7 +165,7 @@ class MemoryInterruptStore:
         run_pk = parse_id(run_id, "run_id") if run_id is not None else None
         epoch = clean_epoch(epoch)
         with self.db.lock:
-            conversation = self._runs.producer_conversation(scope, conversation_id, epoch)
+            conversation = self._runs._producer_conversation(scope, conversation_id, epoch)
             pending = [
                 interrupt
                 for interrupt in self.db.interrupts.values()

@@ -56,7 +56,7 @@ class MemoryRunStore:
             raise run_finished(run.pk, run.status)
         return run
 
-    def producer_conversation(self, scope: Scope, conversation_id: Any, epoch: int | None) -> Conversation:
+    def _producer_conversation(self, scope: Scope, conversation_id: Any, epoch: int | None) -> Conversation:
         conversation = self.db.writable_conversation(scope, conversation_id)
         if epoch is not None:
             self.db.fence(conversation.pk, epoch, timezone.now())
@@ -81,7 +81,7 @@ class MemoryRunStore:
         parent_pk = clean_run_id(parent_id, "parent run") if parent_id is not None else None
         epoch = clean_epoch(epoch)
         with self.db.lock:
-            conversation = self.producer_conversation(scope, conversation_id, epoch)
+            conversation = self._producer_conversation(scope, conversation_id, epoch)
             existing = self.db.runs.get(run_id)
             if existing is not None:
                 if existing.conversation_id != conversation.pk:
