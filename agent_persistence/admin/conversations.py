@@ -40,22 +40,24 @@ INLINE_LIMIT = 50
 #: What staff may change on a conversation; everything else is the owner's or the runtime's.
 EDITABLE_CONVERSATION_FIELDS = ("title", "shared")
 
+
 def owner_scope(conversation: models.Conversation) -> Scope:
     return Scope(tenant=conversation.tenant, user=conversation.owner)
 
 
 def latest_ids(queryset: Any, conversation: models.Conversation, newest_first: str) -> list[Any]:
+    """The ids of the conversation's latest INLINE_LIMIT rows (a filter the inline formset can refine; a slice it cannot)."""
     return list(queryset.filter(conversation=conversation).order_by(newest_first).values_list("pk", flat=True)[:INLINE_LIMIT])
 
 
 class RunInline(ReadOnlyInline):
     model = models.Run
     fk_name = "conversation"
+    fields = ("run", "name", "status", "turn", "parent", "epoch", "started_at", "finished_at", "error")
+    readonly_fields = fields
 
     def latest(self, queryset: Any, conversation: models.Conversation) -> Any:
         return queryset.filter(pk__in=latest_ids(queryset, conversation, "-started_at"))
-    fields = ("run", "name", "status", "turn", "parent", "epoch", "started_at", "finished_at", "error")
-    readonly_fields = fields
 
     @admin.display(description=_("run"))
     def run(self, obj: models.Run) -> str:
@@ -68,11 +70,11 @@ class RunInline(ReadOnlyInline):
 
 class InterruptInline(ReadOnlyInline):
     model = models.Interrupt
+    fields = ("interrupt", "kind", "status", "question", "answer", "requested_at", "resolved_at", "resolved_by", "expires_at")
+    readonly_fields = fields
 
     def latest(self, queryset: Any, conversation: models.Conversation) -> Any:
         return queryset.filter(pk__in=latest_ids(queryset, conversation, "-requested_at"))
-    fields = ("interrupt", "kind", "status", "question", "answer", "requested_at", "resolved_at", "resolved_by", "expires_at")
-    readonly_fields = fields
 
     @admin.display(description=_("interrupt"))
     def interrupt(self, obj: models.Interrupt) -> str:
