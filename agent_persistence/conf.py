@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     "RECORDING_FLUSH_INTERVAL": 0.5,
     "CHECKPOINT_INTERVAL": 5.0,
     "MAX_RUN_TIME": 3600.0,
+    # Seconds a producer's write waits for a row lock before it fails and is retried (PostgreSQL).
+    "PRODUCER_LOCK_TIMEOUT": 5.0,
+    # Seconds a producer keeps retrying a seal the database refuses before it leaves the turn dead for the reaper.
+    "SEAL_RETRY_FOR": 300.0,
     "REAPER_ENABLED": False,
     "REAPER_INTERVAL": 5.0,
     # Identifies this server process in supervision rows; None: "<hostname>:<pid>".

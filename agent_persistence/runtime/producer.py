@@ -1,11 +1,20 @@
 """Producers: the asyncio task that drives one turn, and the per-process supervisor.
 
 A producer runs in the process that accepted the turn. Its periodic work is
-batched per process by the :class:`Supervisor`, one ticker per event loop:
-every ``HEARTBEAT_INTERVAL`` one epoch-guarded statement stamps the heartbeat of
-all live turns and reports the fenced ones, and one statement reads the stop
-requests; every ``RECORDING_FLUSH_INTERVAL`` the changed recordings are written
-in one transaction; checkpoints are saved every ``CHECKPOINT_INTERVAL`` per turn.
+batched per process by the :class:`Supervisor`, per event loop: every
+``HEARTBEAT_INTERVAL`` one epoch-guarded statement stamps the heartbeat of all
+live turns and reports the fenced ones, and one statement reads the stop
+requests, on a thread and database connection of their own (a write stuck
+behind a row lock never stops the heartbeats of the other turns; a locked
+supervision row is skipped, not waited for); every ``RECORDING_FLUSH_INTERVAL``
+the changed recordings are written in one transaction; checkpoints are saved
+every ``CHECKPOINT_INTERVAL`` per turn.
+
+A seal the database refuses (an outage, a lock held past
+``PRODUCER_LOCK_TIMEOUT``) is logged with its ids and retried with back-off for
+``SEAL_RETRY_FOR`` seconds, without heartbeats: it lands when the database
+returns, or the turn is left dead for a resume or the reaper. It never stays
+running silently.
 
 Seal order: flush the recording, stop the heartbeat, write the terminal status
 (the assistant message, the run, the supervision row, the conversation's
@@ -16,7 +25,10 @@ A fenced producer writes nothing more.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
+import functools
+import itertools
 import logging
 import os
 import socket
@@ -27,12 +39,14 @@ from datetime import timedelta
 from typing import Any, Callable, Coroutine
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from ..conf import app_settings
 from ..exceptions import Fenced, NotFound
 from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
 from ..stores import checkpoint_store, interrupt_store, recording_store, supervision_store, turn_store
+from ..stores.base import heal_connections
 from ..stores.protocols import Seal, TurnPlan
 from . import hooks
 from .agents import Agent
@@ -246,24 +260,44 @@ class Producer:
         supervisor = Supervisor.current()
         if outcome in (Outcome.FENCED, Outcome.ABANDONED):
             return
-        try:
-            # 1. flush the recording, 2. stop the heartbeat, 3. write the terminal status.
-            await recording_store().aput(**self.recording())
-            self.recording_dirty = False
-            supervisor.remove(self)
-            await self.save_checkpoint()
-            await sync_to_async(seal_turn)(
-                self.plan.scope,
-                self.conversation_id,
-                message_id=self.plan.message_id,
-                run_id=self.plan.run_id,
-                epoch=self.epoch,
-                message=self.turn.message(),
-                outcome=outcome,
-                error=error,
-            )
-        except (Fenced, NotFound):
-            logger.info("Producer of conversation %s was fenced while sealing.", self.conversation_id)
+        give_up_at = time.monotonic() + app_settings.SEAL_RETRY_FOR
+        for attempt in itertools.count(1):
+            try:
+                # 1. flush the recording, 2. stop the heartbeat, 3. write the terminal status.
+                await recording_store().aput(**self.recording())
+                self.recording_dirty = False
+                supervisor.remove(self)
+                await self.save_checkpoint()
+                await sync_to_async(seal_turn)(
+                    self.plan.scope,
+                    self.conversation_id,
+                    message_id=self.plan.message_id,
+                    run_id=self.plan.run_id,
+                    epoch=self.epoch,
+                    message=self.turn.message(),
+                    outcome=outcome,
+                    error=error,
+                )
+                return
+            except (Fenced, NotFound):
+                logger.info("Producer of conversation %s was fenced while sealing.", self.conversation_id)
+                return
+            except DatabaseError:
+                supervisor.remove(self)  # no heartbeat while the seal waits: the turn reads dead to everyone else
+                delay = min(5.0, 0.25 * 2 ** min(attempt, 5))
+                if time.monotonic() + delay > give_up_at:
+                    logger.error(
+                        "Could not seal turn %s (run %s, epoch %s) of conversation %s after %s attempts; it is left "
+                        "dead for a resume or the reaper.", self.plan.message_id, self.plan.run_id, self.epoch,
+                        self.conversation_id, attempt, exc_info=True,
+                    )
+                    return
+                logger.warning(
+                    "Sealing turn %s (run %s, epoch %s) of conversation %s failed (attempt %s); retrying in %.1f s.",
+                    self.plan.message_id, self.plan.run_id, self.epoch, self.conversation_id, attempt, delay,
+                    exc_info=True,
+                )
+                await asyncio.sleep(delay)
 
     def _seal_interrupted(self) -> bool:
         """Record the run as interrupted and release the conversation, unless every question is answered.
@@ -278,6 +312,12 @@ class Producer:
         )
 
 
+def _beat(entries: list[tuple[uuid.UUID, int]], run_ids: list[uuid.UUID]) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+    """One heartbeat of a process's turns, on the heartbeat thread: the fenced ones, and those asked to stop."""
+    heal_connections()
+    return supervision_store().heartbeat_many(entries), turn_store().stop_requested(run_ids)
+
+
 class Supervisor:
     """The producers of this process on one event loop, and the ticker that serves them all."""
 
@@ -286,7 +326,11 @@ class Supervisor:
     def __init__(self) -> None:
         self.producers: dict[uuid.UUID, Producer] = {}
         self._ticker: asyncio.Task[None] | None = None
+        self._beater: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
+        # Heartbeats have a thread (and so a database connection) of their own: a producer write stuck
+        # behind a lock on the shared producer thread never delays the heartbeats of the other turns.
+        self._heartbeat_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent_persistence.heartbeat")
 
     @classmethod
     def current(cls) -> "Supervisor":
@@ -306,34 +350,46 @@ class Supervisor:
 
     def add(self, producer: Producer) -> None:
         self.producers[producer.conversation_id] = producer
+        loop = asyncio.get_running_loop()
         if self._ticker is None or self._ticker.done():
-            self._ticker = asyncio.get_running_loop().create_task(self._tick_forever(), name="agent_persistence.supervisor")
+            self._ticker = loop.create_task(self._tick_forever(), name="agent_persistence.supervisor")
+        if self._beater is None or self._beater.done():
+            self._beater = loop.create_task(self._beat_forever(), name="agent_persistence.heartbeat")
 
     def remove(self, producer: Producer) -> None:
         if self.producers.get(producer.conversation_id) is producer:
             del self.producers[producer.conversation_id]
 
     async def _tick_forever(self) -> None:
-        last_heartbeat = time.monotonic()
-        step = min(app_settings.HEARTBEAT_INTERVAL, app_settings.RECORDING_FLUSH_INTERVAL)
         while self.producers:
-            await asyncio.sleep(step)
+            await asyncio.sleep(app_settings.RECORDING_FLUSH_INTERVAL)
             try:
                 await self.flush_recordings()
-                if time.monotonic() - last_heartbeat >= app_settings.HEARTBEAT_INTERVAL * 0.95:
-                    last_heartbeat = time.monotonic()
-                    await self.heartbeat()
                 await self.checkpoint_due()
                 self.enforce_max_run_time()
             except Exception:  # noqa: BLE001 - a failed tick (database down) must not kill the ticker
                 logger.exception("Supervisor tick failed; retrying next tick.")
 
+    async def _beat_forever(self) -> None:
+        try:
+            while self.producers:
+                await asyncio.sleep(app_settings.HEARTBEAT_INTERVAL)
+                try:
+                    await self.heartbeat()
+                except Exception:  # noqa: BLE001 - a failed heartbeat (database down) must not stop the next one
+                    logger.exception("Heartbeat failed; retrying next interval.")
+        finally:
+            # Nothing left to beat for: the heartbeat thread gives its connection back.
+            await asyncio.get_running_loop().run_in_executor(self._heartbeat_thread, connections.close_all)
+
     async def heartbeat(self) -> None:
         producers = list(self.producers.values())
         if not producers:
             return
-        fenced = await supervision_store().aheartbeat_many([(p.conversation_id, p.epoch) for p in producers])
-        stopping = await turn_store().astop_requested([p.plan.run_id for p in producers])
+        beat = functools.partial(
+            _beat, [(p.conversation_id, p.epoch) for p in producers], [p.plan.run_id for p in producers]
+        )
+        fenced, stopping = await asyncio.get_running_loop().run_in_executor(self._heartbeat_thread, beat)
         for producer in producers:
             if producer.conversation_id in fenced:
                 logger.warning("Conversation %s is held by a newer epoch; its producer stops.", producer.conversation_id)
@@ -347,7 +403,12 @@ class Supervisor:
             return
         for producer in dirty:
             producer.recording_dirty = False
-        fenced = await recording_store().aput_many([p.recording() for p in dirty])
+        try:
+            fenced = await recording_store().aput_many([p.recording() for p in dirty])
+        except Exception:
+            for producer in dirty:
+                producer.recording_dirty = True  # written on the next tick instead
+            raise
         for producer in dirty:
             if producer.conversation_id in fenced:
                 producer.stop(Outcome.FENCED)

@@ -19,7 +19,7 @@ from ..exceptions import Fenced, StorageLimit, Validation
 from ..models import AgentCheckpoint
 from ..scope import Scope
 from .base import async_twin, clean_object, json_size, lookup_id, parse_id, readable_conversation
-from .fencing import clean_lease_epoch, fence, fence_many, upsert_unless_newer
+from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, upsert_unless_newer
 
 
 def clean_state(state: Any) -> tuple[dict[str, Any], int]:
@@ -62,6 +62,7 @@ class CheckpointStore:
             "saved_at": timezone.now(),
         }
         with transaction.atomic():
+            limit_lock_wait()
             fence(pk, epoch)
             if AgentCheckpoint.objects.filter(pk=pk, epoch__lte=epoch).update(**values):
                 return
@@ -97,6 +98,7 @@ class CheckpointStore:
         if not rows:
             return set()
         with transaction.atomic():
+            limit_lock_wait()
             fenced = fence_many([(pk, row["epoch"]) for pk, row in rows.items()], now=now)
             allowed = [row for pk, row in rows.items() if pk not in fenced]
             written = upsert_unless_newer(AgentCheckpoint, allowed) if allowed else set()

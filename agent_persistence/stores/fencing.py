@@ -23,6 +23,7 @@ from typing import Any, Iterable
 from django.db import connection
 from django.utils import timezone
 
+from ..conf import app_settings
 from ..exceptions import Fenced, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
@@ -63,23 +64,91 @@ def lock_supervision(conversation_id: Any) -> TurnSupervision | None:
     return TurnSupervision.objects.select_for_update().filter(pk=lookup_id(conversation_id)).first()
 
 
-def fence_many(entries: Iterable[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
+def fence_many(
+    entries: Iterable[tuple[Any, int]], *, now: datetime | None = None, skip_locked: bool = False
+) -> set[uuid.UUID]:
     """Stamp the heartbeat of every running ``(conversation_id, epoch)``; return the fenced ids.
 
     One ``UPDATE ... RETURNING`` per :data:`BATCH_CHUNK_SIZE` pairs. Inside a
     transaction the stamped rows stay locked until it commits, as with
     :func:`fence`. A conversation is fenced when none of its pairs matched a
     running row.
+
+    With ``skip_locked`` (PostgreSQL; SQLite has no row locks to wait on) a
+    row another transaction holds is skipped instead of waited for, and is
+    neither stamped nor fenced: one locked conversation never stalls the
+    heartbeats of every other turn of the process.
     """
     pairs = clean_entries(entries)
     now = clean_now(now)
-    stamped: set[uuid.UUID] = set()
+    skip_locked = skip_locked and connection.features.has_select_for_update_skip_locked
+    fenced: set[uuid.UUID] = set()
     for start in range(0, len(pairs), BATCH_CHUNK_SIZE):
-        stamped |= _stamp_heartbeats(pairs[start : start + BATCH_CHUNK_SIZE], now)
-    return {cid for cid, _ in pairs} - stamped
+        chunk = pairs[start : start + BATCH_CHUNK_SIZE]
+        stamped = _stamp_heartbeats(chunk, now, skip_locked=skip_locked)
+        missed = {cid for cid, _ in chunk} - stamped
+        if missed and skip_locked:
+            # A skipped row may be one that is merely locked: only a row no longer running at the epoch is fenced.
+            missed -= _still_running([pair for pair in chunk if pair[0] in missed])
+        fenced |= missed
+    return fenced
 
 
-def _stamp_heartbeats(pairs: list[tuple[uuid.UUID, int]], now: datetime) -> set[uuid.UUID]:
+def _pairs_sql(pairs: list[tuple[uuid.UUID, int]]) -> tuple[str, list[Any]]:
+    meta = TurnSupervision._meta
+    conversation_field = meta.get_field("conversation")
+    quote = connection.ops.quote_name
+    id_column, epoch_column = quote(conversation_field.column), quote(meta.get_field("epoch").column)
+    sql = (
+        f"{quote(meta.get_field('status').column)} = %s "
+        f"AND ({id_column}, {epoch_column}) IN (VALUES {', '.join(['(%s, %s)'] * len(pairs))})"
+    )
+    params: list[Any] = [RUNNING]
+    for cid, epoch in pairs:
+        params += [conversation_field.target_field.get_db_prep_value(cid, connection), epoch]
+    return sql, params
+
+
+def _still_running(pairs: list[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+    meta = TurnSupervision._meta
+    quote = connection.ops.quote_name
+    id_column = quote(meta.get_field("conversation").column)
+    where, params = _pairs_sql(pairs)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {id_column} FROM {quote(meta.db_table)} WHERE {where}", params)
+        return {as_uuid(value) for (value,) in cursor.fetchall()}
+
+
+def _stamp_heartbeats(pairs: list[tuple[uuid.UUID, int]], now: datetime, *, skip_locked: bool = False) -> set[uuid.UUID]:
+    if skip_locked:
+        meta = TurnSupervision._meta
+        quote = connection.ops.quote_name
+        table, id_column = quote(meta.db_table), quote(meta.get_field("conversation").column)
+        where, params = _pairs_sql(pairs)
+        sql = (
+            f"UPDATE {table} SET {quote(meta.get_field('heartbeat_at').column)} = %s WHERE {id_column} IN "
+            f"(SELECT {id_column} FROM {table} WHERE {where} FOR UPDATE SKIP LOCKED) RETURNING {id_column}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [meta.get_field("heartbeat_at").get_db_prep_value(now, connection), *params])
+            return {as_uuid(value) for (value,) in cursor.fetchall()}
+    return _stamp_heartbeats_waiting(pairs, now)
+
+
+def limit_lock_wait() -> None:
+    """Inside a producer's transaction: wait at most ``PRODUCER_LOCK_TIMEOUT`` for a row lock (PostgreSQL).
+
+    A statement that would wait longer fails (and is retried by the producer)
+    instead of holding the process's producer database thread behind a lock
+    someone else keeps.
+    """
+    if connection.vendor == "postgresql" and connection.in_atomic_block:
+        milliseconds = max(1, int(app_settings.PRODUCER_LOCK_TIMEOUT * 1000))
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+
+
+def _stamp_heartbeats_waiting(pairs: list[tuple[uuid.UUID, int]], now: datetime) -> set[uuid.UUID]:
     meta = TurnSupervision._meta
     conversation_field = meta.get_field("conversation")
     quote = connection.ops.quote_name

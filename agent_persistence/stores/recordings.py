@@ -25,7 +25,7 @@ from ..exceptions import Validation
 from ..models import StreamRecording, SupervisionStatus
 from ..scope import Scope
 from .base import async_twin, clean_datetime, clean_object, lookup_id, parse_id, readable_conversation
-from .fencing import clean_lease_epoch, fence, fence_many, upsert_unless_newer
+from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, upsert_unless_newer
 
 RECORD_KEYS = frozenset({"conversation_id", "message_id", "index", "message", "epoch"})
 
@@ -96,6 +96,7 @@ class RecordingStore:
         """
         record = clean_record(conversation_id, message_id=message_id, index=index, message=message, epoch=epoch)
         with transaction.atomic():
+            limit_lock_wait()
             fence(record.conversation_id, record.epoch)
             return bool(upsert([record], timezone.now()))
 
@@ -113,6 +114,7 @@ class RecordingStore:
             return set()
         now = timezone.now()
         with transaction.atomic():
+            limit_lock_wait()
             fenced = fence_many([(record.conversation_id, record.epoch) for record in cleaned], now=now)
             allowed = [record for record in cleaned if record.conversation_id not in fenced]
             written = upsert(allowed, now) if allowed else set()

@@ -302,9 +302,11 @@ class SupervisionStore:
 
         ``entries`` are ``(conversation_id, epoch)`` pairs; a turn is fenced
         when its row is no longer running at that epoch (taken over, released,
-        finished or deleted). Its producer must stop.
+        finished or deleted). Its producer must stop. A row another
+        transaction holds locked is skipped this time (PostgreSQL), so one
+        stalled conversation never stops the heartbeats of the others.
         """
-        return fence_many(entries, now=now)
+        return fence_many(entries, now=now, skip_locked=True)
 
     def finish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
         """Write the terminal status (done | errored) iff the row still runs that epoch and message.

@@ -46,7 +46,7 @@ from .base import async_twin, bump_counter, check_scope, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import MessageInput, clean_agent, clean_message, insert_message, message_conflict
 from .events import EventStore
-from .fencing import fence
+from .fencing import fence, limit_lock_wait
 from .interrupts import InterruptStore
 from .protocols import Continuation, Seal, TurnPlan, TurnView
 from .runs import clean_error
@@ -414,6 +414,7 @@ class TurnStore:
         message_id = parse_id(message_id, "message_id")
         run_id = parse_id(run_id, "run_id")
         with transaction.atomic():
+            limit_lock_wait()
             fence(pk, epoch)
             if Conversation.objects.select_for_update().filter(pk=pk).first() is None:
                 raise NotFound("No such conversation.")
@@ -449,6 +450,7 @@ class TurnStore:
         answer = self._answer(message_id, run_id, message, stop_reason, error)
         try:
             with transaction.atomic():
+                limit_lock_wait()
                 fence(pk, epoch)
                 conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
                 if conversation is None:
