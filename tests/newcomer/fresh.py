@@ -133,13 +133,13 @@ class Background:
     def output(self) -> str:
         return self.log.read_text()
 
-    def wait_http(self, url: str, timeout: float = 90) -> None:
+    def wait_http(self, url: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"the server exited with {self.process.returncode}:\n{self.output()}")
             try:
-                if httpx.get(url, timeout=2).status_code < 500:
+                if httpx.get(url, timeout=10).status_code < 500:
                     return
             except httpx.HTTPError:
                 pass

@@ -32,7 +32,7 @@ from agent_persistence.testing.network import free_port
 from tests.browser.cdp import Chromium, Tab, chromium_path
 from tests.newcomer.fresh import SNIPPETS, Terminal, build_wheel, new_virtualenv, snippet
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(600)  # the fixture (wheel, virtualenv, project) counts in the first test
 
 OSLO_ANSWER = "Let me look up the weather in Oslo. In Oslo it is light snow, -3 °C."
 
@@ -66,7 +66,7 @@ def terminal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Terminal]:
 
 def login_cookie(base: str) -> str:
     """Log in through the admin's form, as the person does before opening the console."""
-    with httpx.Client(base_url=base) as client:
+    with httpx.Client(base_url=base, timeout=60) as client:  # generous: a loaded machine
         page = client.get("/admin/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
         response = client.post("/admin/login/?next=/admin/", data={"username": "alice", "password": "secret", "csrfmiddlewaretoken": token})
@@ -75,7 +75,7 @@ def login_cookie(base: str) -> str:
 
 
 def assert_admin_static(base: str) -> None:
-    css = httpx.get(base + "/static/admin/css/base.css", timeout=10)
+    css = httpx.get(base + "/static/admin/css/base.css", timeout=60)
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css"), css.status_code
 
 
@@ -141,7 +141,7 @@ def test_the_tutorial_in_a_fresh_project(terminal: Terminal) -> None:
     server = terminal.start(snippet("runserver.sh", port), "runserver.log")
     try:
         server.wait_http(base + "/admin/login/")
-        assert httpx.get(base + "/admin/login/").status_code == 200
+        assert httpx.get(base + "/admin/login/", timeout=60).status_code == 200
         assert_admin_static(base)
         # Daphne's runserver serves the websocket route: the consumer accepts, then refuses an anonymous socket.
         asyncio.run(assert_websocket_refuses_anonymous(port))
