@@ -36,10 +36,10 @@ import time
 import uuid
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connections
+from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -72,6 +72,15 @@ SEALS = {
     Outcome.CANCELLED: Seal(RunStatus.ABORTED, SupervisionStatus.DONE, LastTurnStatus.CANCELLED),
     Outcome.ERRORED: Seal(RunStatus.FAILED, SupervisionStatus.ERRORED, LastTurnStatus.ERRORED),
 }
+
+
+#: Database errors a producer outlives: a lost connection, a server restarting, a lock wait cut short.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds before retry ``attempt`` of a refused producer write: 0.5, 1, 2, 4, then 5."""
+    return min(5.0, 0.25 * 2 ** min(attempt, 5))
 
 
 def replica_id() -> str:
@@ -156,11 +165,12 @@ class Producer:
         """Save the checkpoint now (after a tool call, before going idle, at the end)."""
         self.last_checkpoint = time.monotonic()
         checkpoint = self.checkpoint()
-        await checkpoint_store().asave(checkpoint.pop("conversation_id"), **checkpoint)
+        conversation_id = checkpoint.pop("conversation_id")
+        await self.persist("checkpoint", lambda: checkpoint_store().asave(conversation_id, **checkpoint))
 
     async def raise_interrupt(self, interrupt_id: uuid.UUID, *, kind: str, payload: dict[str, Any], expires_in: float | None) -> None:
         expires_at = timezone.now() + timedelta(seconds=expires_in) if expires_in else None
-        await interrupt_store().acreate(
+        await self.persist("interrupt", lambda: interrupt_store().acreate(
             self.plan.scope,
             self.conversation_id,
             id=interrupt_id,
@@ -169,7 +179,28 @@ class Producer:
             payload=payload,
             expires_at=expires_at,
             epoch=self.epoch,
-        )
+        ))
+
+    async def persist(self, what: str, write: Callable[[], Awaitable[Any]]) -> Any:
+        """A write the agent waits on, retried while the database refuses it (an outage, a lock held too long).
+
+        Only failures of the connection or of a lock wait are retried, with
+        back-off, for ``SEAL_RETRY_FOR`` seconds; then the error reaches the
+        agent. A fenced write is never retried.
+        """
+        give_up_at = time.monotonic() + app_settings.SEAL_RETRY_FOR
+        for attempt in itertools.count(1):
+            try:
+                return await write()
+            except TRANSIENT_ERRORS:
+                delay = retry_delay(attempt)
+                if time.monotonic() + delay > give_up_at:
+                    raise
+                logger.warning(
+                    "Saving the %s of turn %s (epoch %s) of conversation %s failed (attempt %s); retrying in %.1f s.",
+                    what, self.plan.message_id, self.epoch, self.conversation_id, attempt, delay, exc_info=True,
+                )
+                await asyncio.sleep(delay)
 
     # -- called by the supervisor ------------------------------------------------------------
 
@@ -282,9 +313,9 @@ class Producer:
             except (Fenced, NotFound):
                 logger.info("Producer of conversation %s was fenced while sealing.", self.conversation_id)
                 return
-            except DatabaseError:
+            except TRANSIENT_ERRORS:
                 supervisor.remove(self)  # no heartbeat while the seal waits: the turn reads dead to everyone else
-                delay = min(5.0, 0.25 * 2 ** min(attempt, 5))
+                delay = retry_delay(attempt)
                 if time.monotonic() + delay > give_up_at:
                     logger.error(
                         "Could not seal turn %s (run %s, epoch %s) of conversation %s after %s attempts; it is left "
@@ -328,9 +359,9 @@ class Supervisor:
         self._ticker: asyncio.Task[None] | None = None
         self._beater: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
-        # Heartbeats have a thread (and so a database connection) of their own: a producer write stuck
-        # behind a lock on the shared producer thread never delays the heartbeats of the other turns.
-        self._heartbeat_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent_persistence.heartbeat")
+        # Heartbeats have a thread (and so a database connection) of their own while turns run: a producer
+        # write stuck behind a lock on the shared producer thread never delays the heartbeats of the other turns.
+        self._heartbeat_thread: concurrent.futures.ThreadPoolExecutor | None = None
 
     @classmethod
     def current(cls) -> "Supervisor":
@@ -354,7 +385,8 @@ class Supervisor:
         if self._ticker is None or self._ticker.done():
             self._ticker = loop.create_task(self._tick_forever(), name="agent_persistence.supervisor")
         if self._beater is None or self._beater.done():
-            self._beater = loop.create_task(self._beat_forever(), name="agent_persistence.heartbeat")
+            self._heartbeat_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent_persistence.heartbeat")
+            self._beater = loop.create_task(self._beat_forever(self._heartbeat_thread), name="agent_persistence.heartbeat")
 
     def remove(self, producer: Producer) -> None:
         if self.producers.get(producer.conversation_id) is producer:
@@ -370,26 +402,30 @@ class Supervisor:
             except Exception:  # noqa: BLE001 - a failed tick (database down) must not kill the ticker
                 logger.exception("Supervisor tick failed; retrying next tick.")
 
-    async def _beat_forever(self) -> None:
+    async def _beat_forever(self, thread: concurrent.futures.ThreadPoolExecutor) -> None:
         try:
             while self.producers:
                 await asyncio.sleep(app_settings.HEARTBEAT_INTERVAL)
                 try:
-                    await self.heartbeat()
+                    await self.heartbeat(thread)
                 except Exception:  # noqa: BLE001 - a failed heartbeat (database down) must not stop the next one
                     logger.exception("Heartbeat failed; retrying next interval.")
         finally:
-            # Nothing left to beat for: the heartbeat thread gives its connection back.
-            await asyncio.get_running_loop().run_in_executor(self._heartbeat_thread, connections.close_all)
+            # Nothing left to beat for: the heartbeat thread gives its connection back and ends.
+            try:
+                await asyncio.get_running_loop().run_in_executor(thread, connections.close_all)
+            finally:
+                thread.shutdown(wait=False)
 
-    async def heartbeat(self) -> None:
+    async def heartbeat(self, thread: concurrent.futures.Executor | None = None) -> None:
+        """Stamp every live turn's heartbeat (on ``thread``, the heartbeat thread, when given) and act on the answer."""
         producers = list(self.producers.values())
         if not producers:
             return
         beat = functools.partial(
             _beat, [(p.conversation_id, p.epoch) for p in producers], [p.plan.run_id for p in producers]
         )
-        fenced, stopping = await asyncio.get_running_loop().run_in_executor(self._heartbeat_thread, beat)
+        fenced, stopping = await asyncio.get_running_loop().run_in_executor(thread, beat)
         for producer in producers:
             if producer.conversation_id in fenced:
                 logger.warning("Conversation %s is held by a newer epoch; its producer stops.", producer.conversation_id)
