@@ -1,15 +1,18 @@
-"""Schemathesis against the served OpenAPI schema, on a live uvicorn server.
+"""Schemathesis against the served OpenAPI schema, on a live uvicorn server; the schema's own promises.
 
 A real ASGI server process (``tests/api/live.py``) serves ``tests.urls`` on the
-test database; schemathesis (its CLI, a subprocess) reads ``/api/schema/``
-and sends generated requests, valid and invalid, to every operation, as a
-user with HTTP basic credentials who owns a conversation, a message, a file
-and a task whose ids are given to the operations that take them (so reads and
-writes reach real rows, not only 404s). The run fails on any 5xx, any status
-the schema does not declare, and any response body that does not conform to
-the schema, and on any request not answered within 10 s. Examples per
-operation are bounded (the examples, coverage and fuzzing phases; no
-stateful phase) so the run takes well under a minute on a 2-core machine.
+test database; schemathesis (its CLI, a subprocess) reads ``/api/schema/``,
+finds the API's base URL in the schema's ``servers`` (no ``--url`` is given),
+and runs all four phases: examples, coverage, fuzzing and the stateful phase,
+which follows the schema's OpenAPI links from each create to the operations
+that take its id. The fuzzing user owns a conversation, a message, a file, a
+task and a finished run whose ids are given to the operations that take them,
+and destructive operations get rows of their own (so a delete does not starve
+the others of data). The run fails on any 5xx, any status the schema does not
+declare, any response body that does not conform, any request not answered
+within 10 s, and on schemathesis' "missing test data" and "schema validation
+mismatch" warnings (``fail-on``), except for the few operations listed in
+:data:`UNREACHABLE`, whose success needs state no request can make.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from agent_persistence.scope import Scope
-from agent_persistence.stores import conversation_store, file_store, task_store
+from agent_persistence.stores import conversation_store, task_store
 
 from .live import live_server
 
@@ -36,62 +39,132 @@ pytestmark = pytest.mark.django_db(transaction=True)
 USERNAME = "fuzzer"
 PASSWORD = "fuzzer-password"
 CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
-MAX_EXAMPLES = 12
-#: The run takes about 35 s on SQLite on 2 cores; past this the test fails rather than hangs.
+MAX_EXAMPLES = 6
+#: The run takes 60 to 100 s on SQLite on a loaded 2-core machine; past this the test fails rather than hangs.
 RUN_TIMEOUT = 240
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
+#: Operations whose success needs state that no API request can produce, so schemathesis' warnings about
+#: them say nothing about the schema; each is covered by its own tests (tests/api/test_turns.py, tests/oauth/).
+UNREACHABLE = {
+    "interrupts_answer": "needs a pending interrupt, whose id only the agent that raised it knows",
+    "turns_resume": "needs a turn whose producer died",
+    "mcp_oauth_callback_retrieve": "needs the state of an authorization an authorization server redirected",
+    "mcp_integrations_authorize_create": "needs an MCP server in MCP_SERVERS (the test settings configure none)",
+    "mcp_integrations_destroy": "needs an MCP server in MCP_SERVERS (the test settings configure none)",
+}
+#: Destructive operations, each given rows of its own (by the seed names below).
+DESTRUCTIVE = {
+    "conversations_destroy": {"conversation_id": "doomed_conversation_id"},
+    "messages_destroy": {"conversation_id": "conversation_id", "message_id": "doomed_message_id"},
+    "files_destroy": {"file_id": "doomed_file_id"},
+    "tasks_destroy": {"task_id": "doomed_task_id"},
+}
 
-def seed_rows(user_pk: Any) -> dict[str, str]:
-    """Rows of the fuzzing user, by the path parameter names that address them."""
+
+def upload(api: httpx.Client, conversation_id: str, name: str) -> str:
+    response = api.post(f"/conversations/{conversation_id}/files/", files={"file": (name, io.BytesIO(b"some bytes"), "text/plain")})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def seed_rows(user_pk: Any, api: httpx.Client) -> dict[str, str]:
+    """Rows of the fuzzing user, by the path parameter names that address them (and the doomed ones').
+
+    Files are uploaded and the run made over HTTP, so their content and rows are the live server's own.
+    """
     scope = Scope(tenant="", user=str(user_pk))
     conversation = conversation_store().create(scope, agent="echo", title="Fuzzed")
+    doomed = conversation_store().create(scope, agent="echo", title="Doomed")
     message = conversation_store().append_message(scope, conversation.id, role="user", content="hello")
-    stored = file_store().save(
-        scope, conversation_id=conversation.id, content=io.BytesIO(b"some bytes"), name="notes.txt", content_type="text/plain"
-    )
+    doomed_message = conversation_store().append_message(scope, conversation.id, role="user", content="bye")
     task = task_store().create(scope, title="A task", conversation_id=conversation.id)
+    doomed_task = task_store().create(scope, title="Doomed task")
+    started = api.post(f"/conversations/{conversation.id}/turns/", json={"content": "hi", "agent": "echo"})
+    assert started.status_code == 202, started.text
+    for _ in range(400):
+        if api.get(f"/conversations/{conversation.id}/stream/").json()["state"] == "done":
+            break
+        time.sleep(0.05)
     return {
         "conversation_id": str(conversation.id),
         "message_id": str(message.id),
-        "file_id": str(stored.id),
+        "file_id": upload(api, str(conversation.id), "notes.txt"),
         "task_id": str(task.id),
+        "run_id": started.json()["run_id"],
+        "doomed_conversation_id": str(doomed.id),
+        "doomed_message_id": str(doomed_message.id),
+        "doomed_file_id": upload(api, str(conversation.id), "doomed.txt"),
+        "doomed_task_id": str(doomed_task.id),
     }
 
 
-def path_parameter_names(schema: dict[str, Any]) -> set[str]:
-    names = set()
+def path_parameters(schema: dict[str, Any]) -> dict[str, list[str]]:
+    """{operationId: the names of its path parameters} for the operations that have some."""
+    found = {}
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             if isinstance(operation, dict):
-                names.update(p["name"] for p in operation.get("parameters", []) if p.get("in") == "path")
-    return names
+                names = [p["name"] for p in operation.get("parameters", []) if p.get("in") == "path"]
+                if names:
+                    found[operation["operationId"]] = names
+    return found
 
 
-def write_config(directory: Path, parameters: dict[str, str]) -> Path:
-    """A schemathesis.toml fixing the ids of the seeded rows for the operations that take them."""
-    lines = ["[parameters]"] + [f'{name} = "{value}"' for name, value in sorted(parameters.items())]
+def toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{name} = {toml_value(item)}" for name, item in sorted(value.items())) + " }"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+#: Starts a turn in a conversation it creates (a fresh id each time), so fuzzed conversations' pending
+#: interrupts and busy turns do not refuse every start; every other operation gets the seeded ids. The
+#: coverage phase is off for it: that phase sends every case to one conversation id, so every start after
+#: the first meets a live turn or pending interrupts (409); the other three phases exercise it.
+FRESH_IDS = {"turns_start"}
+
+
+def write_config(directory: Path, rows: dict[str, str], schema: dict[str, Any]) -> Path:
+    """schemathesis.toml: per operation, the seeded ids (doomed ones for deletes); warnings that fail the run."""
+    lines = ["[warnings]", 'fail-on = ["missing_test_data", "validation_mismatch"]']
+    takes = path_parameters(schema)
+    for operation_id in sorted(set(takes) | set(UNREACHABLE) | FRESH_IDS):
+        settings: dict[str, Any] = {}
+        if operation_id in takes and operation_id not in FRESH_IDS:
+            seeds = DESTRUCTIVE.get(operation_id, {})
+            settings["parameters"] = {name: rows[seeds.get(name, name)] for name in takes[operation_id] if seeds.get(name, name) in rows}
+        if operation_id in DESTRUCTIVE:
+            # Negative cases (an odd header, an extra query parameter) would delete the row before any positive one.
+            settings["generation"] = {"mode": "positive"}
+        if operation_id in FRESH_IDS:
+            settings["phases"] = {"coverage": {"enabled": False}}
+        if operation_id in UNREACHABLE:
+            settings["warnings"] = False
+        if not settings or settings == {"parameters": {}}:
+            continue
+        lines += ["", "[[operations]]", f'include-operation-id = "{operation_id}"']
+        lines += [f"{key} = {toml_value(value)}" for key, value in settings.items() if value != {}]
     config = directory / "schemathesis.toml"
     config.write_text("\n".join(lines) + "\n")
     return config
 
 
-def run_schemathesis(base_url: str, config: Path, report: Path) -> subprocess.CompletedProcess[str]:
+def run_schemathesis(schema_url: str, config: Path, report: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             str(SCHEMATHESIS),
             "--config-file",
             str(config),
             "run",
-            f"{base_url}/api/schema/",
-            "--url",
-            f"{base_url}/api",
+            schema_url,
             "--auth",
             f"{USERNAME}:{PASSWORD}",
             "--checks",
             CHECKS,
             "--phases",
-            "examples,coverage,fuzzing",
+            "examples,coverage,fuzzing,stateful",
             "--max-examples",
             str(MAX_EXAMPLES),
             "--seed",
@@ -118,17 +191,81 @@ def run_schemathesis(base_url: str, config: Path, report: Path) -> subprocess.Co
     )
 
 
-def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(tmp_path: Path) -> None:
-    """Every generated request gets a declared status and a body that conforms to the schema; never a 5xx."""
+def response_statuses(report: Path) -> list[int]:
+    """The status of every response schemathesis recorded, from its NDJSON report."""
+    statuses = []
+    for line in report.read_text().splitlines():
+        event = json.loads(line)
+        finished = event.get("ScenarioFinished")
+        if finished is None:
+            continue
+        for interaction in finished["recorder"].get("interactions", {}).values():
+            if interaction.get("response"):
+                statuses.append(interaction["response"]["status_code"])
+    return statuses
+
+
+def test_schemathesis_finds_nothing_in_any_phase_stateful_included(tmp_path: Path) -> None:
+    """No 5xx, no undeclared status, no nonconforming body, no missing test data, no validation mismatch."""
     user = get_user_model().objects.create_user(USERNAME, password=PASSWORD)
-    parameters = seed_rows(user.pk)
     with live_server() as base_url:
+        with httpx.Client(base_url=f"{base_url}/api", auth=(USERNAME, PASSWORD), timeout=20) as api:
+            rows = seed_rows(user.pk, api)
         schema = httpx.get(f"{base_url}/api/schema/", headers={"Accept": "application/json"}, timeout=20).json()
-        assert schema["openapi"].startswith("3.")
-        names = path_parameter_names(schema)
-        config = write_config(tmp_path, {name: value for name, value in parameters.items() if name in names})
-        result = run_schemathesis(base_url, config, tmp_path / "events.ndjson")
+        assert schema["servers"] == [{"url": "/api", "description": "Where the host mounts the API."}]
+        config = write_config(tmp_path, rows, schema)
+        report = tmp_path / "events.ndjson"
+        result = run_schemathesis(f"{base_url}/api/schema/", config, report)
+    statuses = response_statuses(report)
+    summary = result.stdout[result.stdout.rfind("SUMMARY") :]
+    print(f"schemathesis: {len(statuses)} requests, {sum(s >= 500 for s in statuses)} 5xx\n{summary}")
     assert result.returncode == 0, f"schemathesis found failures:\n{result.stdout[-20000:]}\n{result.stderr[-3000:]}"
+    assert "Stateful" in result.stdout and "Scenarios:" in result.stdout, "the stateful phase did not run"
+    assert not [s for s in statuses if s >= 500]
+    assert len(statuses) > 1000
+
+
+def test_the_schema_links_every_create_to_the_operations_that_take_its_id(transactional_db: None) -> None:
+    """servers carries the mount prefix; every id path parameter is a uuid; creates link to their ids' users."""
+    from django.test import Client
+
+    schema = json.loads(Client().get("/api/schema/", HTTP_ACCEPT="application/json").content)
+    assert schema["servers"][0]["url"] == "/api"
+    operations = {
+        operation["operationId"]: operation
+        for methods in schema["paths"].values()
+        for operation in methods.values()
+        if isinstance(operation, dict)
+    }
+    takes: dict[str, set[str]] = {}
+    needs: dict[str, set[str]] = {}
+    for operation_id, operation in operations.items():
+        for parameter in operation.get("parameters", []):
+            if parameter["in"] == "path" and parameter["name"].endswith("_id"):
+                assert parameter["schema"] == {"type": "string", "format": "uuid"}, (operation_id, parameter)
+                takes.setdefault(parameter["name"], set()).add(operation_id)
+                needs.setdefault(operation_id, set()).add(parameter["name"])
+    links = {
+        create: set(operations[create]["responses"][status]["links"])
+        for create, status in [("conversations_create", "201"), ("messages_create", "201"), ("files_create", "201"),
+                               ("tasks_create", "201"), ("turns_start", "202")]
+    }
+    assert {op for op in takes["conversation_id"] if needs[op] == {"conversation_id"}} <= links["conversations_create"]
+    assert takes["message_id"] <= links["messages_create"]
+    assert takes["file_id"] <= links["files_create"]
+    assert takes["task_id"] <= links["tasks_create"]
+    assert takes["run_id"] <= links["turns_start"]
+    link = operations["conversations_create"]["responses"]["201"]["links"]["conversations_retrieve"]
+    assert link == {
+        "operationId": "conversations_retrieve",
+        "parameters": {"conversation_id": "$response.body#/id"},
+        "description": link["description"],
+    }
+    limit = next(p for p in operations["conversations_list"]["parameters"] if p["name"] == "limit")
+    assert limit["schema"]["minimum"] == 1 and limit["schema"]["maximum"] == 1000
+    assert operations["conversations_create"]["requestBody"]["content"].keys() == {"application/json"}
+    assert operations["files_create"]["requestBody"]["content"].keys() == {"multipart/form-data"}
+    assert schema["components"]["schemas"]["ConversationCreateInputRequest"]["additionalProperties"] is False
 
 
 def test_the_served_schema_is_openapi_3_and_json(transactional_db: None) -> None:

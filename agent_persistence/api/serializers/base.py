@@ -87,18 +87,18 @@ class StrictBooleanField(serializers.BooleanField):
 
 
 class JSONObjectField(serializers.DictField):
-    """A JSON object with values of any JSON type."""
+    """A JSON object with values of any JSON type, null included."""
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("child", serializers.JSONField())
+        kwargs.setdefault("child", serializers.JSONField(allow_null=True))
         super().__init__(**kwargs)
 
 
 class JSONArrayField(serializers.ListField):
-    """A JSON array with items of any JSON type."""
+    """A JSON array with items of any JSON type, null included."""
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("child", serializers.JSONField())
+        kwargs.setdefault("child", serializers.JSONField(allow_null=True))
         super().__init__(**kwargs)
 
 

@@ -24,8 +24,8 @@ FilePageSerializer = page_serializer(FileSerializer, "FilePageSerializer")
 
 
 class FileUploadInputSerializer(StrictSerializer):
-    """A multipart/form-data upload."""
+    """A multipart/form-data upload (a form has no null: leave a field out instead)."""
 
     file = serializers.FileField(allow_empty_file=True, use_url=False, help_text="The content; its name and type are kept.")
-    message_id = serializers.UUIDField(required=False, allow_null=True, help_text="A message of the conversation.")
-    expires_at = AwareDateTimeField(required=False, allow_null=True, help_text="Purged after this time.")
+    message_id = serializers.UUIDField(required=False, help_text="A message of the conversation.")
+    expires_at = AwareDateTimeField(required=False, help_text="Purged after this time.")

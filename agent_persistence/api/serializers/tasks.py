@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ...models.tasks import TaskStatus
@@ -33,13 +34,22 @@ class TaskResultSerializer(serializers.Serializer):
     result_at = serializers.DateTimeField(allow_null=True)
 
 
+#: What the task store accepts as a callback: an http or https URL with a host name.
+CALLBACK_URL_PATTERN = r"^https?://[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]{2,63}(/[A-Za-z0-9._~-]*)*$"
+
+
+@extend_schema_field({"type": "string", "format": "uri", "pattern": CALLBACK_URL_PATTERN, "maxLength": 2000})
+class CallbackURLField(StrictCharField):
+    """The task's callback: an http or https URL (the store checks it; the schema says so)."""
+
+
 class TaskCreateInputSerializer(StrictSerializer):
     title = StrictCharField(max_length=500)
     description = StrictCharField(required=False, allow_null=True, allow_blank=True)
     conversation_id = serializers.UUIDField(required=False, allow_null=True)
     agent = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=255)
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
-    callback_url = StrictCharField(required=False, allow_null=True, max_length=2000)
+    callback_url = CallbackURLField(required=False, allow_null=True, max_length=2000)
     metadata = JSONObjectField(required=False, allow_null=True)
 
 
@@ -48,7 +58,7 @@ class TaskUpdateInputSerializer(StrictSerializer):
     description = StrictCharField(required=False, allow_null=True, allow_blank=True)
     conversation_id = serializers.UUIDField(required=False, allow_null=True)
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
-    callback_url = StrictCharField(required=False, allow_null=True, max_length=2000)
+    callback_url = CallbackURLField(required=False, allow_null=True, max_length=2000)
     metadata = JSONObjectField(required=False, allow_null=True)
     error = serializers.JSONField(required=False, allow_null=True)
 
