@@ -7,7 +7,7 @@ from django.urls import URLPattern, path
 from ..views import turns
 
 urlpatterns: list[URLPattern] = [
-    path("conversations/<str:conversation_id>/turns/", turns.TurnView.as_view(), name="turn-start"),
+    path("conversations/<str:conversation_id>/turns/", turns.StartTurnView.as_view(), name="turn-start"),
     path("conversations/<str:conversation_id>/turns/resume/", turns.ResumeTurnView.as_view(), name="turn-resume"),
     path("conversations/<str:conversation_id>/turns/cancel/", turns.CancelTurnView.as_view(), name="turn-cancel"),
     path("conversations/<str:conversation_id>/stream/", turns.StreamStatusView.as_view(), name="conversation-stream"),

@@ -83,7 +83,7 @@ class EmptyBody(StrictSerializer):
 
 
 @non_atomic
-class TurnView(ScopedAPIView):
+class StartTurnView(ScopedAPIView):
     """Start a turn: the user's message is stored and a producer answers it on this server."""
 
     @extend_schema(
