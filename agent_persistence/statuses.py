@@ -60,6 +60,18 @@ class TaskStatus(models.TextChoices):
     CANCELLED = "cancelled", _("cancelled")
 
 
+class TurnState(models.TextChoices):
+    """How a reader sees a conversation's turn, judged at read time (never stored as such)."""
+
+    IDLE = "idle", _("idle")
+    ALIVE = "alive", _("alive")
+    DEAD = "dead", _("dead")
+    DONE = "done", _("done")
+    ERRORED = "errored", _("errored")
+    #: Done, with questions waiting for an answer.
+    INTERRUPTED = "interrupted", _("interrupted")
+
+
 class SupervisionStatus(models.TextChoices):
     """What a supervision row stores; "dead" is judged at read time, never stored."""
 

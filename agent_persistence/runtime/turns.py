@@ -21,6 +21,7 @@ from asgiref.sync import sync_to_async
 from ..conf import app_settings
 from ..exceptions import Conflict, ConversationNotOwned
 from ..scope import Scope
+from ..statuses import TurnState
 from ..stores import conversation_store, run_store, supervision_store, turn_store
 from ..stores.protocols import Continuation, TurnPlan
 from .agents import get_agent
@@ -150,7 +151,7 @@ async def cancel_turn(scope: Scope, conversation_id: Any) -> Any:
         producer.stop(Outcome.CANCELLED)
         return run
     status = await supervision_store().astatus(scope, run.conversation_id)
-    if status.state == "dead":
+    if status.state == TurnState.DEAD:
         await sync_to_async(close_out_dead_turn)(scope, run.conversation_id, Outcome.CANCELLED)
     return run
 
@@ -188,7 +189,7 @@ def stop_turn_now(conversation_id: uuid.UUID) -> Any:
     """
     scope = turn_store().scope_of(conversation_id)
     run = request_stop(scope, conversation_id)
-    if supervision_store().status(scope, conversation_id).state == "dead":
+    if supervision_store().status(scope, conversation_id).state == TurnState.DEAD:
         close_out_dead_turn(scope, run.conversation_id, Outcome.CANCELLED)
     return run
 

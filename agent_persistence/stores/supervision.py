@@ -24,6 +24,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..exceptions import Busy, Conflict, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
+from ..statuses import TurnState
 from ..scope import Scope
 from .base import (
     async_twin,
@@ -63,7 +64,7 @@ class TurnStatus:
     @property
     def running(self) -> bool:
         """A producer holds the turn, alive or dead."""
-        return self.state in ("alive", "dead")
+        return self.state in (TurnState.ALIVE, TurnState.DEAD)
 
 
 class PreviousTurn(NamedTuple):
@@ -101,10 +102,10 @@ def is_dead(row: TurnSupervision, now: datetime) -> bool:
 def status_of(row: TurnSupervision | None, *, now: datetime | None = None, idle_epoch: int = 0) -> TurnStatus:
     """The :class:`TurnStatus` a row stands for at ``now`` (the admin shows the same verdict)."""
     if row is None:
-        return TurnStatus(state="idle", epoch=idle_epoch)
+        return TurnStatus(state=TurnState.IDLE, epoch=idle_epoch)
     now = now or timezone.now()
     if row.status == RUNNING:
-        state = "dead" if is_dead(row, now) else "alive"
+        state = TurnState.DEAD if is_dead(row, now) else TurnState.ALIVE
     else:
         state = row.status
     return TurnStatus(

@@ -41,7 +41,7 @@ from ..exceptions import Busy, Conflict, ConversationNotOwned, Fenced, Gone, Not
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
 from ..scope import Scope
-from ..statuses import InterruptStatus, LastTurnStatus, OPEN_RUN_STATUSES, Role, RunStatus, SupervisionStatus
+from ..statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus, TurnState
 from .base import async_twin, bump_counter, check_scope, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import MessageInput, clean_agent, clean_message, insert_message, message_conflict
@@ -595,7 +595,7 @@ class TurnStore:
                     for interrupt in pending
                 ]
                 if view.interrupts:
-                    view.state = "interrupted"
+                    view.state = TurnState.INTERRUPTED
         return view
 
     def answers(self, conversation_id: Any, message_id: Any) -> dict[str, Any]:
