@@ -303,3 +303,38 @@ def test_nul_and_surrogates_in_path_parameters_are_404_never_500(
         if response.status_code == 404:
             code = response.json()["code"]
             assert code.endswith("not_found") or code == "unknown_server", code
+
+
+# -- over a real ASGI server ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_a_live_server_hostile_bodies_get_json_errors_never_an_empty_body(alice_user: Any) -> None:
+    """Under uvicorn: an empty multipart body, a 100,000-deep body, a lone surrogate and a form body
+    each get the app's JSON error, and the owner's listings answer afterwards."""
+    import httpx
+
+    from .live import live_server
+
+    alice_user.set_password("alice-password")
+    alice_user.save()
+    with live_server() as base_url, httpx.Client(base_url=f"{base_url}/api", auth=("alice", "alice-password"), timeout=30) as api:
+        conversation = api.post("/conversations/", json={"title": "Mine"}).json()["id"]
+        empty_multipart = {"Content-Type": "multipart/form-data; boundary=B"}
+        cases = [
+            ("/conversations/", b"--B--\r\n", empty_multipart, 415, "unsupported_media_type"),
+            (f"/conversations/{conversation}/files/", b"--B--\r\n", empty_multipart, 400, None),
+            (f"/conversations/{conversation}/files/", b"no boundary here", {"Content-Type": "multipart/form-data"}, 400, "malformed_request"),
+            ("/conversations/", DEEP_100K, {"Content-Type": "application/json"}, 400, "malformed_request"),
+            (f"/conversations/{conversation}/messages/", b'{"role": "user", "content": "\\ud800"}', {"Content-Type": "application/json"}, 400, "invalid"),
+            ("/tasks/", b"title=form", {"Content-Type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type"),
+        ]
+        for path, body, headers, status, code in cases:
+            response = api.post(path, content=body, headers=headers)
+            assert response.status_code == status, (path, response.status_code, response.text[:300])
+            assert response.headers["content-type"].startswith("application/json"), (path, response.headers)
+            assert response.json()["code"] == (code or response.json()["code"]) and response.json()["message"]
+        for path in ("/conversations/", f"/conversations/{conversation}/", f"/conversations/{conversation}/messages/"):
+            assert api.get(path).status_code == 200
+        assert api.get("/files/?offset=1", ).status_code in (404, 405)
+        assert api.get(f"/conversations/{conversation}/files/?offset=9223372036854775808").status_code == 400
