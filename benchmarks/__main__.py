@@ -6,12 +6,13 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import api, checkpoints, runtime, storage, streaming
+from . import api, checkpoints, langgraph_saver, runtime, storage, streaming
 
 BENCHMARKS: dict[str, ModuleType] = {
     "storage": storage,
     "turns": runtime,
     "checkpoints": checkpoints,
+    "langgraph-saver": langgraph_saver,
     "streaming": streaming,
     "api": api,
 }

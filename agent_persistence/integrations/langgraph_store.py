@@ -23,6 +23,7 @@ returns newest first with ``filter`` (metadata equality), ``before`` and
 from __future__ import annotations
 
 import functools
+import json
 import random
 import threading
 import uuid
@@ -30,8 +31,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections, transaction
-from django.db.models import Q
+from django.db import connection, connections, transaction
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -81,6 +81,40 @@ def _releases_worker_connection(method: Callable[..., Any]) -> Callable[..., Any
     return wrapper
 
 
+CHECKPOINT_UPDATE_FIELDS = ["parent_checkpoint_id", "checkpoint_type", "checkpoint", "metadata", "epoch", "message_id"]
+BLOB_COLUMNS = ["thread_id", "checkpoint_ns", "channel", "version", "value_type", "value", "conversation_id"]
+CHECKPOINT_COLUMNS = [
+    "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint_type", "checkpoint", "metadata",
+    "conversation_id", "epoch", "message_id", "created_at",
+]
+
+
+def _insert_in_one_statement(blobs: list[GraphBlob], row: GraphCheckpoint) -> None:
+    """PostgreSQL: the new channel blobs and the checkpoint in one statement (a data-modifying CTE).
+
+    The same writes as the two ``bulk_create`` calls of the portable path, in one round trip.
+    """
+    params: list[Any] = []
+    sql = ""
+    if blobs:
+        rows = ", ".join(["(" + ", ".join(["%s"] * len(BLOB_COLUMNS)) + ")"] * len(blobs))
+        sql = (
+            f"WITH new_blobs AS (INSERT INTO {GraphBlob._meta.db_table} ({', '.join(BLOB_COLUMNS)}) VALUES {rows} "
+            "ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING) "
+        )
+        for blob in blobs:
+            params += [getattr(blob, column) for column in BLOB_COLUMNS]
+    placeholders = ", ".join("%s::jsonb" if column == "metadata" else "%s" for column in CHECKPOINT_COLUMNS)
+    updates = ", ".join(f"{field} = EXCLUDED.{field}" for field in CHECKPOINT_UPDATE_FIELDS)
+    sql += (
+        f"INSERT INTO {GraphCheckpoint._meta.db_table} ({', '.join(CHECKPOINT_COLUMNS)}) VALUES ({placeholders}) "
+        f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET {updates}"
+    )
+    params += [json.dumps(row.metadata) if column == "metadata" else getattr(row, column) for column in CHECKPOINT_COLUMNS]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
 def _thread_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}}
 
@@ -117,32 +151,54 @@ class DjangoCheckpointSaver(BaseCheckpointSaver[str]):
     # -- reading --------------------------------------------------------------------------------
 
     def _tuple(self, row: GraphCheckpoint) -> CheckpointTuple:
-        checkpoint: Checkpoint = self.serde.loads_typed((row.checkpoint_type, _bytes(row.checkpoint)))
+        return self._tuple_of(
+            row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_checkpoint_id, row.checkpoint_type,
+            row.checkpoint, row.metadata,
+        )
+
+    def _tuple_of(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, parent_id: str | None,
+                  checkpoint_type: str, checkpoint_bytes: Any, metadata: Any) -> CheckpointTuple:
+        checkpoint: Checkpoint = self.serde.loads_typed((checkpoint_type, _bytes(checkpoint_bytes)))
         versions = checkpoint.get("channel_versions") or {}
-        values: dict[str, Any] = {}
+        # The channel blobs and the pending writes in one round trip (UNION ALL), in plain SQL:
+        # the ORM's own cost per query is most of a small read's time.
+        blob_table, write_table = GraphBlob._meta.db_table, GraphWrite._meta.db_table
+        sql = (
+            f"SELECT 1, task_id, channel, task_path, idx, value_type, value FROM {write_table} "
+            "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"
+        )
+        params: list[Any] = [thread_id, checkpoint_ns, checkpoint_id]
         if versions:
-            wanted = Q()
+            wanted = " OR ".join(["(channel = %s AND version = %s)"] * len(versions))
+            sql = (
+                f"SELECT 0, channel, version, version, 0, value_type, value FROM {blob_table} "
+                f"WHERE thread_id = %s AND checkpoint_ns = %s AND ({wanted}) UNION ALL " + sql
+            )
+            blob_params: list[Any] = [thread_id, checkpoint_ns]
             for channel, version in versions.items():
-                wanted |= Q(channel=channel, version=str(version))
-            blobs = GraphBlob.objects.filter(wanted, thread_id=row.thread_id, checkpoint_ns=row.checkpoint_ns)
-            for channel, value_type, value in blobs.values_list("channel", "value_type", "value"):
+                blob_params += [channel, str(version)]
+            params = blob_params + params
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchall()
+        values: dict[str, Any] = {}
+        pending_rows = []
+        for part, name, channel, task_path, idx, value_type, value in found:
+            if part == 0:
                 if value_type != "empty":
-                    values[channel] = self.serde.loads_typed((value_type, _bytes(value)))
-        writes = GraphWrite.objects.filter(
-            thread_id=row.thread_id, checkpoint_ns=row.checkpoint_ns, checkpoint_id=row.checkpoint_id
-        ).order_by("task_path", "task_id", "idx")
+                    values[name] = self.serde.loads_typed((value_type, _bytes(value)))
+            else:
+                pending_rows.append((task_path, name, idx, channel, value_type, value))
+        pending_rows.sort(key=lambda write: write[:3])  # writes_sort_key: (task_path, task_id, idx)
         pending = [
             (task_id, channel, self.serde.loads_typed((value_type, _bytes(value))))
-            for task_id, channel, value_type, value in writes.values_list("task_id", "channel", "value_type", "value")
+            for _path, task_id, _idx, channel, value_type, value in pending_rows
         ]
-        parent = (
-            _thread_config(row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id) if row.parent_checkpoint_id else None
-        )
         return CheckpointTuple(
-            config=_thread_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+            config=_thread_config(thread_id, checkpoint_ns, checkpoint_id),
             checkpoint={**checkpoint, "channel_values": values},
-            metadata=row.metadata,
-            parent_config=parent,
+            metadata=json.loads(metadata) if isinstance(metadata, (str, bytes)) else metadata,
+            parent_config=_thread_config(thread_id, checkpoint_ns, parent_id) if parent_id else None,
             pending_writes=pending,
         )
 
@@ -153,12 +209,20 @@ class DjangoCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         configurable = config["configurable"]
-        rows = GraphCheckpoint.objects.filter(
-            thread_id=str(configurable["thread_id"]), checkpoint_ns=configurable.get("checkpoint_ns", "")
-        )
+        thread_id, checkpoint_ns = str(configurable["thread_id"]), configurable.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
-        row = rows.filter(checkpoint_id=checkpoint_id).first() if checkpoint_id else rows.order_by("-checkpoint_id").first()
-        return None if row is None else self._tuple(row)
+        sql = (
+            "SELECT checkpoint_id, parent_checkpoint_id, checkpoint_type, checkpoint, metadata "
+            f"FROM {GraphCheckpoint._meta.db_table} WHERE thread_id = %s AND checkpoint_ns = %s"
+        )
+        params = [thread_id, checkpoint_ns]
+        if checkpoint_id:
+            sql += " AND checkpoint_id = %s"
+            params.append(checkpoint_id)
+        with connection.cursor() as cursor:
+            cursor.execute(sql + " ORDER BY checkpoint_id DESC LIMIT 1", params)
+            row = cursor.fetchone()
+        return None if row is None else self._tuple_of(thread_id, checkpoint_ns, *row)
 
     def list(
         self,
@@ -268,17 +332,23 @@ class DjangoCheckpointSaver(BaseCheckpointSaver[str]):
             message_id=self.message_id,
             **owner,
         )
-        with transaction.atomic():
-            self._fence_and_save_turn(snapshot)
-            if blobs:
-                # A (channel, version) is immutable: the first write stands.
-                GraphBlob.objects.bulk_create(blobs, ignore_conflicts=True)
-            GraphCheckpoint.objects.bulk_create(
-                [row],
-                update_conflicts=True,
-                unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id"],
-                update_fields=["parent_checkpoint_id", "checkpoint_type", "checkpoint", "metadata", "epoch", "message_id"],
-            )
+        if not self.bound and connection.vendor == "postgresql":
+            _insert_in_one_statement(blobs, row)  # autocommit: one round trip
+        else:
+            with transaction.atomic():
+                self._fence_and_save_turn(snapshot)
+                if connection.vendor == "postgresql":
+                    _insert_in_one_statement(blobs, row)
+                else:
+                    if blobs:
+                        # A (channel, version) is immutable: the first write stands.
+                        GraphBlob.objects.bulk_create(blobs, ignore_conflicts=True)
+                    GraphCheckpoint.objects.bulk_create(
+                        [row],
+                        update_conflicts=True,
+                        unique_fields=["thread_id", "checkpoint_ns", "checkpoint_id"],
+                        update_fields=CHECKPOINT_UPDATE_FIELDS,
+                    )
         return _thread_config(thread_id, checkpoint_ns, checkpoint["id"])
 
     def _put_writes(
