@@ -113,7 +113,14 @@ STORAGES = {
 AGENT_PERSISTENCE = {
     # Development key only: generate your own with `python -m agent_persistence.keygen`.
     "ENCRYPTION_KEYS": [os.environ.get("AGENT_PERSISTENCE_KEY", "3q1q0V5zq4yJq8mJ9cY2o3lX6pQJb2b5m5t0Yk8n1dE=")],
-    "AGENTS": {"demo": "example_project.demo.agents.DemoAgent", "long": "example_project.demo.agents.LongAgent"},
+    "AGENTS": {
+        "demo": "example_project.demo.agents.DemoAgent",
+        "long": "example_project.demo.agents.LongAgent",
+        # One agent per framework bridge (agent-persistence[integrations]); see docs/howto/.
+        "langgraph": "example_project.framework_agents.OrderGraph",
+        "pydantic-ai": "example_project.framework_agents.SupportAgent",
+        "openai-agents": "example_project.framework_agents.SupportSDKAgent",
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = []

@@ -111,7 +111,11 @@ def _insert_in_one_statement(blobs: list[GraphBlob], row: GraphCheckpoint) -> No
         f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET {updates}"
     )
     params += [json.dumps(row.metadata) if column == "metadata" else getattr(row, column) for column in CHECKPOINT_COLUMNS]
-    with connection.cursor() as cursor:
+    import psycopg
+
+    connection.ensure_connection()
+    # A server-side-binding cursor: Django's client-side one would inline a 1 MB blob as hex text.
+    with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params)
 
 
