@@ -94,7 +94,10 @@ def test_a_turn_streams_the_answer_and_records_the_tool_call(framework: str, ali
     # Streamed, not delivered at the end: followers saw the answer grow.
     growing = [text for text in seen if text]
     assert len(set(growing)) > 10 and growing[-1] == ANSWER
-    assert Run.objects.get(conversation_id=conversation_id).status == "completed"
+    run_row = Run.objects.get(conversation_id=conversation_id)
+    assert run_row.status == "completed"
+    if framework != "langgraph":  # the model's usage, one entry per model call
+        assert run_row.usage["requests"] == 2 and run_row.usage["output_tokens"] > 0
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
