@@ -1,0 +1,91 @@
+// Helpers of the server scenarios: the servers of tests/clients/serve.py, clients, the stored answer.
+import { inject } from "vitest";
+import WebSocket from "ws";
+import { ConversationClient, type ConversationClientOptions, type WebSocketConstructor } from "../src/index.js";
+
+export const info = inject("servers");
+
+/** tests/agents.py's ANSWER: "word00 word01 ... word59 ". */
+export const ANSWER = Array.from({ length: 60 }, (_, i) => `word${String(i).padStart(2, "0")} `).join("");
+
+export type ServerName = "a" | "b";
+
+export function socketUrl(server: ServerName, conversationId: string): string {
+  return `ws://127.0.0.1:${info.servers[server]}/ws/conversations/${conversationId}/`;
+}
+
+export async function control(path: string): Promise<Record<string, unknown>> {
+  const response = await fetch(`http://127.0.0.1:${info.control}${path}`, { method: "POST" });
+  const body = (await response.json()) as Record<string, unknown>;
+  if (!response.ok) throw new Error(`control ${path}: ${JSON.stringify(body)}`);
+  return body;
+}
+
+export async function newConversation(agent = "scripted"): Promise<string> {
+  return (await control(`/conversations?agent=${agent}`)).id as string;
+}
+
+const clients: ConversationClient[] = [];
+
+/** A client of `conversationId` on `server` (or on the server `server(attempt)` names), closed after the test. */
+export function clientOf(
+  conversationId: string,
+  server: ServerName | ((attempt: number) => ServerName),
+  options: Partial<ConversationClientOptions> = {},
+): ConversationClient {
+  const client = new ConversationClient({
+    url: (attempt) => socketUrl(typeof server === "function" ? server(attempt) : server, conversationId),
+    WebSocket: WebSocket as unknown as WebSocketConstructor,
+    webSocketOptions: { headers: { Cookie: info.cookie } },
+    reconnect: { initialDelay: 100, maxDelay: 1000 },
+    ...options,
+  });
+  clients.push(client);
+  return client;
+}
+
+export function closeClients(): void {
+  for (const client of clients.splice(0)) client.close();
+}
+
+interface StoredMessage {
+  id: string;
+  role: string;
+  content: unknown;
+}
+
+/** The conversation's messages, read over the REST API with the session cookie. */
+export async function storedMessages(conversationId: string, server: ServerName = "a"): Promise<StoredMessage[]> {
+  const response = await fetch(`http://127.0.0.1:${info.servers[server]}/api/conversations/${conversationId}/messages/`, {
+    headers: { Cookie: info.cookie },
+  });
+  if (!response.ok) throw new Error(`GET messages: ${response.status} ${await response.text()}`);
+  const body = (await response.json()) as { items: StoredMessage[] };
+  return body.items;
+}
+
+/** The stored assistant message of turn `messageId`. */
+export async function storedAnswer(conversationId: string, messageId: string, server: ServerName = "a"): Promise<string> {
+  const message = (await storedMessages(conversationId, server)).find((item) => item.id === messageId);
+  if (!message) throw new Error(`turn ${messageId} has no stored message`);
+  if (message.role !== "assistant") throw new Error(`message ${messageId} is a ${message.role} message`);
+  return message.content as string;
+}
+
+/** Resolves once `client` holds at least `length` characters of the answer. */
+export function untilText(client: ConversationClient, length: number, timeout = 30_000): Promise<unknown> {
+  if (client.text.length >= length) return Promise.resolve();
+  return client.waitFor("text", (event) => event.text.length >= length, timeout);
+}
+
+/** Every text event's `appended`, joined: what the client appended, in order (must equal the answer, nothing twice). */
+export function recordAppends(client: ConversationClient): { text: string; reconnects: number } {
+  const record = { text: "", reconnects: 0 };
+  client.on("text", (event) => {
+    if (event.appended) record.text += event.appended;
+  });
+  client.on("reconnecting", () => {
+    record.reconnects += 1;
+  });
+  return record;
+}
