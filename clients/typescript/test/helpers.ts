@@ -1,9 +1,33 @@
 // Helpers of the server scenarios: the servers of tests/clients/serve.py, clients, the stored answer.
+import { request } from "node:http";
+import { createRequire } from "node:module";
 import { inject } from "vitest";
-import WebSocket from "ws";
 import { ConversationClient, type ConversationClientOptions, type WebSocketConstructor } from "../src/index.js";
 
 export const info = inject("servers");
+
+// Node's own ws and HTTP, also under a DOM environment (happy-dom replaces fetch; ws's browser build throws).
+export const WebSocket = createRequire(import.meta.url)("ws") as WebSocketConstructor;
+
+/** A JSON request over node:http. */
+export function http(method: string, url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const outgoing = request(url, { method, headers: { Accept: "application/json", ...headers } }, (response) => {
+      let text = "";
+      response.setEncoding("utf8");
+      response.on("data", (chunk: string) => (text += chunk));
+      response.on("end", () => {
+        try {
+          resolve({ status: response.statusCode ?? 0, body: text ? JSON.parse(text) : null });
+        } catch (error) {
+          reject(new Error(`${method} ${url}: ${response.statusCode} ${text.slice(0, 500)}`));
+        }
+      });
+    });
+    outgoing.on("error", reject);
+    outgoing.end();
+  });
+}
 
 /** tests/agents.py's ANSWER: "word00 word01 ... word59 ". */
 export const ANSWER = Array.from({ length: 60 }, (_, i) => `word${String(i).padStart(2, "0")} `).join("");
@@ -15,10 +39,9 @@ export function socketUrl(server: ServerName, conversationId: string): string {
 }
 
 export async function control(path: string): Promise<Record<string, unknown>> {
-  const response = await fetch(`http://127.0.0.1:${info.control}${path}`, { method: "POST" });
-  const body = (await response.json()) as Record<string, unknown>;
-  if (!response.ok) throw new Error(`control ${path}: ${JSON.stringify(body)}`);
-  return body;
+  const response = await http("POST", `http://127.0.0.1:${info.control}${path}`);
+  if (response.status !== 200) throw new Error(`control ${path}: ${JSON.stringify(response.body)}`);
+  return response.body as Record<string, unknown>;
 }
 
 export async function newConversation(agent = "scripted"): Promise<string> {
@@ -35,7 +58,7 @@ export function clientOf(
 ): ConversationClient {
   const client = new ConversationClient({
     url: (attempt) => socketUrl(typeof server === "function" ? server(attempt) : server, conversationId),
-    WebSocket: WebSocket as unknown as WebSocketConstructor,
+    WebSocket,
     webSocketOptions: { headers: { Cookie: info.cookie } },
     reconnect: { initialDelay: 100, maxDelay: 1000 },
     ...options,
@@ -52,16 +75,15 @@ interface StoredMessage {
   id: string;
   role: string;
   content: unknown;
+  [field: string]: unknown;
 }
 
 /** The conversation's messages, read over the REST API with the session cookie. */
 export async function storedMessages(conversationId: string, server: ServerName = "a"): Promise<StoredMessage[]> {
-  const response = await fetch(`http://127.0.0.1:${info.servers[server]}/api/conversations/${conversationId}/messages/`, {
-    headers: { Cookie: info.cookie },
-  });
-  if (!response.ok) throw new Error(`GET messages: ${response.status} ${await response.text()}`);
-  const body = (await response.json()) as { items: StoredMessage[] };
-  return body.items;
+  const url = `http://127.0.0.1:${info.servers[server]}/api/conversations/${conversationId}/messages/`;
+  const response = await http("GET", url, { Cookie: info.cookie });
+  if (response.status !== 200) throw new Error(`GET messages: ${response.status} ${JSON.stringify(response.body)}`);
+  return (response.body as { items: StoredMessage[] }).items;
 }
 
 /** The stored assistant message of turn `messageId`. */
