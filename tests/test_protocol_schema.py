@@ -319,3 +319,10 @@ def test_a_frame_is_either_a_client_or_a_server_frame() -> None:
     FRAME.validate({"type": "status", "state": "idle", "message_id": None, "run_id": None, "epoch": 0, "index": 0})
     with pytest.raises(ValidationError):
         FRAME.validate({"type": "status"})
+
+
+def test_the_reference_page_is_rendered_from_the_schema() -> None:
+    """docs/reference/websocket-schema.md is what ``python -m tests.clients.render_schema_docs`` writes."""
+    from tests.clients.render_schema_docs import PAGE_PATH, render
+
+    assert PAGE_PATH.read_text() == render(), "Stale: run python -m tests.clients.render_schema_docs"
