@@ -185,14 +185,15 @@ class ConversationSession:
             if not page.items:
                 return None
             message = page.items[0]
+            items = items_for_message(message)
             try:
-                self._store().delete_message(self.scope, self.conversation_id, message.id)
+                with transaction.atomic():
+                    self._store().delete_message(self.scope, self.conversation_id, message.id)
+                    if len(items) > 1:
+                        # A message the app wrote that stands for several items: all but the last stay.
+                        self.add_items_sync(items[:-1])
             except NotFound:
                 continue  # a concurrent pop deleted it first: take the next one
-            items = items_for_message(message)
-            if len(items) > 1:
-                # A message the app wrote that stands for several items: put back all but the last.
-                self.add_items_sync(items[:-1])
             return items[-1] if items else None
 
     def clear_session_sync(self) -> None:
