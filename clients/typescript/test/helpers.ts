@@ -1,13 +1,63 @@
 // Helpers of the server scenarios: the servers of tests/clients/serve.py, clients, the stored answer.
+import { readFileSync } from "node:fs";
 import { request } from "node:http";
 import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { inject } from "vitest";
 import { ConversationClient, type ConversationClientOptions, type WebSocketConstructor } from "../src/index.js";
 
 export const info = inject("servers");
 
+const require = createRequire(import.meta.url);
+
+// Every frame the client sends and receives is validated against the protocol's schema (the one
+// the server's tests validate against): the violations are collected and each test checks none.
+const Ajv2020 = require("ajv/dist/2020").default;
+const schemaPath = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "agent_persistence", "realtime", "protocol.schema.json");
+const schema = JSON.parse(readFileSync(schemaPath, "utf8"));
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+ajv.addSchema(schema, "protocol");
+const validClient = ajv.getSchema("protocol#/$defs/ClientFrame");
+const validServer = ajv.getSchema("protocol#/$defs/ServerFrame");
+export const violations: string[] = [];
+
+/** Records a violation when `text` is not a valid frame of `direction` ("client" or "server"). */
+export function checkFrame(direction: "client" | "server", text: string): void {
+  check(direction === "client" ? validClient : validServer, direction, text);
+}
+
+function check(valid: any, direction: string, text: string): void {
+  let frame: unknown;
+  try {
+    frame = JSON.parse(text);
+  } catch {
+    violations.push(`${direction}: not JSON: ${text.slice(0, 200)}`);
+    return;
+  }
+  if (!valid(frame)) violations.push(`${direction}: ${ajv.errorsText(valid.errors)}: ${text.slice(0, 300)}`);
+}
+
 // Node's own ws and HTTP, also under a DOM environment (happy-dom replaces fetch; ws's browser build throws).
-export const WebSocket = createRequire(import.meta.url)("ws") as WebSocketConstructor;
+const NodeWebSocket = require("ws");
+
+/** The ws package's WebSocket, validating every frame against the schema. */
+export class CheckedWebSocket extends NodeWebSocket {
+  constructor(url: string, protocols?: string | string[], options?: unknown) {
+    super(url, protocols, options);
+    this.on("message", (data: Buffer, isBinary: boolean) => {
+      if (isBinary) violations.push("server: a binary frame");
+      else check(validServer, "server", data.toString("utf8"));
+    });
+  }
+
+  send(data: string, ...rest: unknown[]): void {
+    check(validClient, "client", String(data));
+    super.send(data, ...rest);
+  }
+}
+
+export const WebSocket = CheckedWebSocket as unknown as WebSocketConstructor;
 
 /** A JSON request over node:http. */
 export function http(method: string, url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {

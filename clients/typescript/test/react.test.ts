@@ -3,11 +3,14 @@
 import { act, cleanup, renderHook, waitFor } from "@testing-library/react";
 import { afterEach, describe, expect, it } from "vitest";
 import { useConversation, type StoredMessage, type UseConversationOptions } from "../src/react.js";
-import { ANSWER, WebSocket, info, newConversation, socketUrl, storedMessages, type ServerName } from "./helpers.js";
+import { ANSWER, WebSocket, info, newConversation, socketUrl, storedMessages, violations, type ServerName } from "./helpers.js";
 
 (globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
 
-afterEach(() => cleanup());
+afterEach(() => {
+  cleanup();
+  expect(violations.splice(0)).toEqual([]); // every frame, both ways, matched the schema
+});
 
 function options(server: ServerName): UseConversationOptions {
   return {

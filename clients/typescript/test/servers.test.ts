@@ -5,6 +5,7 @@ import type { DeltaFrame, ServerFrame } from "../src/index.js";
 import { ProtocolError } from "../src/index.js";
 import {
   ANSWER,
+  checkFrame,
   clientOf,
   closeClients,
   control,
@@ -13,13 +14,24 @@ import {
   recordAppends,
   storedAnswer,
   untilText,
+  violations,
 } from "./helpers.js";
 
 afterEach(async () => {
   closeClients();
+  expect(violations.splice(0)).toEqual([]); // every frame, both ways, matched the schema
   // A scenario that stopped a server leaves it running again for the next one.
   await control("/servers/a/start");
   await control("/servers/b/start");
+});
+
+describe("the frame check", () => {
+  it("records frames the schema refuses, both ways", () => {
+    checkFrame("client", JSON.stringify({ type: "attach", colour: "red" }));
+    checkFrame("server", JSON.stringify({ type: "status", state: "idle" }));
+    checkFrame("server", JSON.stringify({ type: "status", state: "idle", message_id: null, run_id: null, epoch: 0, index: 0 }));
+    expect(violations.splice(0).map((violation) => violation.split(":")[0])).toEqual(["client", "server"]);
+  });
 });
 
 describe(`two servers (${info.database}${info.redis ? " + Redis" : ", in-memory layers"})`, () => {
