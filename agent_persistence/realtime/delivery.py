@@ -158,11 +158,21 @@ class GroupSender:
                 *(layer.group_send(group, message) for group, message in merged),
                 return_exceptions=True,
             )
-            failures = [result for result in results if isinstance(result, BaseException)]
+            failures = [(message, result) for (_, message), result in zip(merged, results) if isinstance(result, BaseException)]
+            for message, _ in failures:
+                self.forget(message)
             if failures:  # followers elsewhere fill what is lost from the recording
-                self.trouble.failed(failures[0])
+                self.trouble.failed(failures[0][1])
             else:
                 self.trouble.cleared()
+
+    def forget(self, message: dict[str, Any]) -> None:
+        """A message was lost: the producer's next one carries its whole text (from offset 0),
+        so followers elsewhere catch up from it, without a read, once the layer is back."""
+        payload = message.get("payload", {})
+        if payload.get("kind") == "delta":
+            key = (uuid.UUID(message["conversation_id"]), uuid.UUID(payload["message_id"]), payload["epoch"])
+            self.published.pop(key, None)
 
 
 def merge_updates(batch: list[tuple[str, Payload]]) -> list[tuple[str, Payload]]:
@@ -301,9 +311,10 @@ class Relay:
             if self.healthy:
                 self.notify(newly_joined)
             self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), PROBE_INTERVAL if self.healthy else RETRY_INTERVAL)
-            except asyncio.TimeoutError:
+            try:  # not wait_for: in Python 3.11 it can swallow a cancellation that races its timeout
+                async with asyncio.timeout(PROBE_INTERVAL if self.healthy else RETRY_INTERVAL):
+                    await self.changed.wait()
+            except TimeoutError:
                 pass
 
     def mark_down(self, reason: str) -> None:

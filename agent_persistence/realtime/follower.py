@@ -56,6 +56,23 @@ logger = logging.getLogger(__name__)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
+#: Live updates a follower holds past a gap (the oldest go first).
+MAX_HELD = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One live update of a turn: ``text`` starts at offset ``base`` of the message."""
+
+    message_id: uuid.UUID
+    epoch: int
+    index: int
+    base: int
+    text: str
+    tool_calls: list[dict[str, Any]] | None
+    run_id: Any = None
+
+
 #: Doublings of an idle conversation's poll interval (it stops at ``WEBSOCKET_IDLE_POLL_MAX`` anyway).
 MAX_BACK_OFF_STEPS = 16
 
@@ -202,6 +219,7 @@ class Follower:
         self.last_seen: tuple[Any, ...] | None = None
         self.switches = 0  # turns switched to so far; a read started before a switch is stale
         self.behind = False
+        self.held: list[Update] = []  # live updates past a gap, applied once the recording fills it
         self.task: asyncio.Task[None] | None = None
         self.subscription: Any = None
 
@@ -222,6 +240,7 @@ class Follower:
         self.status = None
         self.finalized.clear()
         self.interrupts_sent = ()
+        self.held.clear()
         self.last_read, self.idle_polls, self.last_seen = time.monotonic(), 0, None
         self.message_id, self.epoch, self.index, self.offset, self.tool_calls = view.message_id, 0, 0, 0, None
         if view.message_id is not None and message_id in (None, view.message_id) and (last_index or offset):
@@ -310,8 +329,11 @@ class Follower:
                     self.last_read, self.read_requested = now, False
                     due = self.next_read_at()
                 try:
-                    payload = await asyncio.wait_for(self.queue.get(), None if due is None else max(0.0, due - now))
-                except asyncio.TimeoutError:
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+                    # that races its timeout, and the follower would never stop.
+                    async with asyncio.timeout(None if due is None else max(0.0, due - now)):
+                        payload = await self.queue.get()
+                except TimeoutError:
                     continue
                 if payload["kind"] == "access_lost":
                     raise AccessLost
@@ -370,6 +392,7 @@ class Follower:
         await check_readable_async(self.scope, self.conversation_id)
         self.message_id, self.epoch, self.index, self.offset, self.tool_calls = message_id, 0, 0, 0, None
         self.interrupts_sent = ()
+        self.held.clear()
         self.switches += 1
         await self.send_status(state, message_id, run_id, epoch)
 
@@ -390,16 +413,49 @@ class Follower:
 
     async def advance(self, message_id: uuid.UUID, epoch: int, index: int, base: int, text: str,
                       tool_calls: list[dict[str, Any]] | None, run_id: Any = None) -> None:
-        """Apply the text ``text`` (which starts at ``base``) of ``message_id`` at (``epoch``, ``index``)."""
+        """Apply the text ``text`` (which starts at ``base``) of ``message_id`` at (``epoch``, ``index``).
+
+        An update that starts past what the client holds (one before it was lost) is held; once
+        the recording fills the gap, the held updates that follow on are applied in order, so a
+        follower catches up with live delivery at its first read instead of waiting for a read
+        that happens to end exactly where a live update starts.
+        """
+        if await self.apply_update(Update(message_id, epoch, index, base, text, tool_calls, run_id)):
+            await self.apply_held()
+
+    def hold(self, update: Update) -> None:
+        self.held.append(update)
+        if len(self.held) > MAX_HELD:
+            self.held.sort(key=lambda held: held.base)
+            del self.held[: len(self.held) - MAX_HELD]
+
+    async def apply_held(self) -> None:
+        """Apply, in order, the held updates that the client's text now reaches."""
+        while self.held:
+            self.held.sort(key=lambda held: (held.base, held.index))
+            update = self.held[0]
+            stale = update.message_id != self.message_id or update.epoch < self.epoch or update.index <= self.index
+            if not stale and update.base > self.offset:
+                return
+            del self.held[0]
+            if not stale:
+                await self.apply_update(update)
+
+    async def apply_update(self, update: Update) -> bool:
+        """Apply one update; whether it was (False when stale, or held past a gap)."""
+        message_id, epoch, index, base, text, tool_calls, run_id = (
+            update.message_id, update.epoch, update.index, update.base, update.text, update.tool_calls, update.run_id
+        )
         if message_id != self.message_id:
             if message_id in self.finalized:
-                return
+                return False
             await self.switch_to(message_id, "alive", run_id, epoch)
         if message_id in self.finalized or epoch < self.epoch or index <= self.index:
-            return
+            return False
         if base > self.offset:
             self.behind = True  # an update was missed: the recording fills the gap
-            return
+            self.hold(update)
+            return False
         self.behind = False
         new_text = text[self.offset - base:]
         if epoch > self.epoch and self.epoch and run_id is not None:
@@ -408,13 +464,14 @@ class Follower:
         self.epoch, self.index = epoch, index
         changed_calls = tool_calls != self.tool_calls
         if not new_text and not changed_calls:
-            return
+            return True
         frame: dict[str, Any] = {"type": "delta", "message_id": str(message_id), "index": index, "offset": self.offset, "text": new_text}
         if changed_calls:
             frame["tool_calls"] = tool_calls
             self.tool_calls = tool_calls
         self.offset += len(new_text)
         await self.send(frame)
+        return True
 
     async def apply_view(self, view: TurnView, *, attaching: bool = False) -> None:
         seen = (view.state, view.message_id, view.record["index"] if view.record else None, view.final is not None,
@@ -439,6 +496,7 @@ class Follower:
             if final["error"]:
                 frame["error"] = final["error"]
             self.behind = False
+            self.held.clear()
             self.offset = len(final["message"].get("content", ""))
             await self.send(frame)
             await self.send_status(view.state, view.message_id, view.run_id, view.epoch)

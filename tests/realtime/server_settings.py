@@ -1,6 +1,7 @@
 """Settings of the end-to-end server processes: the test settings, with Redis when REDIS_URL is set.
 
-``AP_ACCESS_CHECK_INTERVAL`` shortens the websocket access sweep (the fault tests).
+``AP_ACCESS_CHECK_INTERVAL`` shortens the websocket access sweep; the fault tests' agent ``paced``
+(``tests/realtime/agents.py``) is registered beside the suite's agents.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ if os.environ.get("REDIS_URL"):
             "CONFIG": {"hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": 30}]},
         }
     }
+
+AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "AGENTS": {**AGENT_PERSISTENCE["AGENTS"], "paced": "tests.realtime.agents.PacedAgent"}}
 
 if os.environ.get("AP_ACCESS_CHECK_INTERVAL"):
     AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "WEBSOCKET_ACCESS_CHECK_INTERVAL": float(os.environ["AP_ACCESS_CHECK_INTERVAL"])}

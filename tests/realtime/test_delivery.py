@@ -60,3 +60,32 @@ def test_merged_deltas_keep_the_text_and_the_last_index() -> None:
     ]
     ((_, merged),) = delivery.merge_updates(batch)
     assert merged["payload"]["text"] == "abcd" and merged["payload"]["index"] == 2 and merged["payload"]["offset"] == 0
+
+
+class FailingLayer(RecordingLayer):
+    """A layer that is down (Redis stopped) until ``up`` is set."""
+
+    up = False
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        if not self.up:
+            raise ConnectionError("Connection refused")
+        await super().group_send(group, message)
+
+
+async def test_after_a_failed_send_the_next_message_carries_the_whole_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """So followers elsewhere catch up from the first message once the layer is back, without a read."""
+    fake = FailingLayer()
+    monkeypatch.setattr(delivery, "get_channel_layer", lambda: fake)
+    monkeypatch.setattr(delivery, "layer_spans_processes", lambda layer=None: True)
+    conversation_id, message_id, run_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    delivery.on_stream(StreamUpdate(conversation_id, message_id, run_id, 1, 1, "Hel", None))
+    await asyncio.sleep(0.2)
+    fake.up = True
+    delivery.on_stream(StreamUpdate(conversation_id, message_id, run_id, 1, 2, "Hello", None))
+    for _ in range(50):
+        if fake.sent:
+            break
+        await asyncio.sleep(0.01)
+    ((_, message),) = fake.sent
+    assert message["payload"]["offset"] == 0 and message["payload"]["text"] == "Hello"
