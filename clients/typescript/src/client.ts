@@ -234,6 +234,7 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
   /** Opens the socket (and attaches, unless `attach: false`); resolves once it is open. */
   connect(): Promise<void> {
     this.closedByUser = false;
+    if (this.socket?.readyState === OPEN) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const offOpen = this.once("open", () => {
         offClose();
@@ -246,7 +247,13 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
           reject(new ProtocolError("closed", `The socket closed (${event.code}) before it opened.`));
         }
       });
-      this.open();
+      try {
+        if (!this.socket) this.open();
+      } catch (error) {
+        offOpen();
+        offClose();
+        reject(error);
+      }
     });
   }
 

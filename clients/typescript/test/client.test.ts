@@ -100,3 +100,15 @@ describe("the generated types", () => {
     execFileSync(process.execPath, [join(root, "scripts", "generate-types.mjs"), "--check"], { cwd: root, stdio: "pipe" });
   });
 });
+
+describe("connecting", () => {
+  it("rejects connect() with a clear error when there is no WebSocket implementation", async () => {
+    const saved = (globalThis as { WebSocket?: unknown }).WebSocket;
+    delete (globalThis as { WebSocket?: unknown }).WebSocket;
+    try {
+      await expect(offline().connect()).rejects.toThrow(/No WebSocket implementation/);
+    } finally {
+      if (saved) (globalThis as { WebSocket?: unknown }).WebSocket = saved;
+    }
+  });
+});
