@@ -23,10 +23,22 @@ execute_from_command_line(["manage.py", *sys.argv[2:]])
 """
 
 
+# The example project with only its own agents: framework bridges import packages (websockets among
+# them) that these tests make unimportable.
+CRASH_SETTINGS = """
+from example_project.settings import *  # noqa: F403
+
+AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "AGENTS": {  # noqa: F405
+    "demo": "example_project.demo.agents.DemoAgent", "long": "example_project.demo.agents.LongAgent"}}
+"""
+
+
 @pytest.fixture(scope="module")
 def example_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path_factory.mktemp("crash-errors")),
-           "DJANGO_SETTINGS_MODULE": "example_project.settings"}
+    folder = tmp_path_factory.mktemp("crash-errors")
+    (folder / "crash_settings.py").write_text(CRASH_SETTINGS)
+    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(folder), "DJANGO_SETTINGS_MODULE": "crash_settings",
+           "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)])}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     for command in (["migrate", "-v0"], ["demo_user"]):
@@ -58,8 +70,8 @@ def test_a_missing_package_is_named(example_env: dict[str, str], block: str, mes
 
 
 def test_a_missing_asgi_application_is_named(example_env: dict[str, str], tmp_path: Path) -> None:
-    (tmp_path / "no_asgi_settings.py").write_text("from example_project.settings import *\nASGI_APPLICATION = None\n")
-    env = {**example_env, "DJANGO_SETTINGS_MODULE": "no_asgi_settings", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    (tmp_path / "no_asgi_settings.py").write_text("from crash_settings import *\nASGI_APPLICATION = None\n")
+    env = {**example_env, "DJANGO_SETTINGS_MODULE": "no_asgi_settings", "PYTHONPATH": os.pathsep.join([str(tmp_path), example_env["PYTHONPATH"]])}
     result = crash_test(env, "--user", "demo", "--agent", "long")
     assert result.returncode == 1
     assert "CommandError: settings.ASGI_APPLICATION is not set" in result.stderr
@@ -67,8 +79,8 @@ def test_a_missing_asgi_application_is_named(example_env: dict[str, str], tmp_pa
 
 
 def test_an_asgi_application_that_does_not_import_is_named(example_env: dict[str, str], tmp_path: Path) -> None:
-    (tmp_path / "bad_asgi_settings.py").write_text("from example_project.settings import *\nASGI_APPLICATION = 'nowhere.asgi.application'\n")
-    env = {**example_env, "DJANGO_SETTINGS_MODULE": "bad_asgi_settings", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    (tmp_path / "bad_asgi_settings.py").write_text("from crash_settings import *\nASGI_APPLICATION = 'nowhere.asgi.application'\n")
+    env = {**example_env, "DJANGO_SETTINGS_MODULE": "bad_asgi_settings", "PYTHONPATH": os.pathsep.join([str(tmp_path), example_env["PYTHONPATH"]])}
     result = crash_test(env, "--user", "demo", "--agent", "long")
     assert result.returncode == 1
     assert "CommandError: settings.ASGI_APPLICATION = 'nowhere.asgi.application' does not import: ModuleNotFoundError" in result.stderr
@@ -81,5 +93,5 @@ def test_an_unknown_user_or_agent_is_named(example_env: dict[str, str]) -> None:
     assert "CommandError: No user 'nobody'" in result.stderr
     result = crash_test(example_env, "--user", "demo", "--agent", "missing")
     assert result.returncode == 1
-    assert "CommandError: No agent is registered as 'missing' (AGENT_PERSISTENCE['AGENTS'] has: demo, long" in result.stderr
+    assert "CommandError: No agent is registered as 'missing' (AGENT_PERSISTENCE['AGENTS'] has: demo, long)." in result.stderr
     assert "Traceback" not in result.stderr
