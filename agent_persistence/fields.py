@@ -1,4 +1,4 @@
-"""Model fields: secrets encrypted at rest with a rotating Fernet key ring.
+"""Model fields: secrets encrypted at rest with a rotating Fernet key ring, and JSON kept as text.
 
 :class:`EncryptedTextField` stores ``MultiFernet`` tokens; the first key of
 ``AGENT_PERSISTENCE["ENCRYPTION_KEYS"]`` encrypts, every key decrypts, so a new
@@ -9,11 +9,13 @@ form, and ``repr()`` of a model never includes it.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.core.exceptions import ImproperlyConfigured
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils.crypto import salted_hmac
 
@@ -90,3 +92,37 @@ class EncryptedTextField(models.TextField):
 
         kwargs.setdefault("widget", forms.PasswordInput(render_value=False))
         return super().formfield(**kwargs)
+
+
+class JSONTextField(models.TextField):
+    """A JSON object kept as its text: written as given, parsed once on read, never re-parsed by the server.
+
+    For blobs written whole and read whole (agent checkpoints): the database
+    stores the UTF-8 text the store already encoded (no ``jsonb`` parse on
+    PostgreSQL, no ``JSON_VALID`` check on SQLite, no second ``json.dumps``),
+    and a read is one ``json.loads``. A ``str`` given to the field is taken as
+    JSON text already encoded (and checked) by its store; any other value is
+    encoded here.
+    """
+
+    description = "A JSON value stored as text"
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, memoryview):
+            value = bytes(value)
+        return json.loads(value)
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, (str, bytes)):
+            return json.loads(value)
+        return value
+
+    def get_prep_value(self, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, separators=(",", ":"))
+
+    def value_to_string(self, obj: Any) -> str:
+        return self.get_prep_value(self.value_from_object(obj))

@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from ..fields import JSONTextField
 from ..statuses import SupervisionStatus
 from .conversations import Conversation
 
@@ -74,7 +75,7 @@ class AgentCheckpoint(models.Model):
     conversation = models.OneToOneField(
         Conversation, on_delete=models.CASCADE, primary_key=True, related_name="checkpoint"
     )
-    state = models.JSONField(default=dict)
+    state = JSONTextField(default=dict, help_text=_("The state's JSON, as text (written whole, read whole)."))
     size = models.PositiveBigIntegerField(default=0, help_text=_("UTF-8 bytes of the state's JSON."))
     message_id = models.UUIDField(null=True, blank=True)
     epoch = models.PositiveBigIntegerField(default=0)
