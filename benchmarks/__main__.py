@@ -6,7 +6,7 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import api, checkpoints, langgraph_saver, runtime, storage, streaming
+from . import api, checkpoints, idle_sockets, langgraph_saver, runtime, storage, streaming
 
 BENCHMARKS: dict[str, ModuleType] = {
     "storage": storage,
@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "langgraph-saver": langgraph_saver,
     "streaming": streaming,
     "api": api,
+    "idle_sockets": idle_sockets,
 }
 
 
