@@ -7,6 +7,7 @@
 - E005: the file storage alias is not in settings.STORAGES.
 - E006: AGENTS is not a dict of import strings, or one does not import.
 - W001: ENCRYPTION_KEYS is empty (MCP OAuth secrets cannot be stored).
+- W002: an in-memory store is configured while DEBUG is off.
 - E007: an ENCRYPTION_KEYS entry is not a valid Fernet key.
 - E008: DEAD_AFTER is not larger than HEARTBEAT_INTERVAL.
 - E009: a size limit above what the database backend can hold.
@@ -39,6 +40,7 @@ POSITIVE_NUMBERS = (
     "RECORDING_FLUSH_INTERVAL",
     "CHECKPOINT_INTERVAL",
     "MAX_RUN_TIME",
+    "JSON_MAX_DEPTH",
     "PRODUCER_LOCK_TIMEOUT",
     "SEAL_RETRY_FOR",
     "REAPER_INTERVAL",

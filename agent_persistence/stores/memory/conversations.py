@@ -33,6 +33,7 @@ from ..base import (
     parse_id,
 )
 from ..conversations import (
+    ID_TAKEN_MESSAGE,
     MessageInput,
     _max_length,
     check_message_size,
@@ -257,7 +258,7 @@ class MemoryConversationStore:
         for message in messages:
             stored = self.db.messages.get(message.id)
             if stored is not None and not (merged_into and stored.conversation_id == pk):
-                raise Conflict("A message with this id already exists.", code="message_exists", id=str(message.id))
+                raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
 
     def _insert(self, conversation: Conversation, message: MessageInput, now: datetime) -> Message:
         row = Message(
