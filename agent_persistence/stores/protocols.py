@@ -225,6 +225,57 @@ class TurnStoreProtocol(Protocol):
         """``(owner scope, conversation id, message id)`` of turns whose producer is dead, oldest first."""
         ...
 
+    # Async twins: each runs its sync method in Django's sync thread.
+
+    async def abegin(self, scope: Scope, conversation_id: Any, **options: Any) -> TurnPlan:
+        """Async twin of :meth:`begin`."""
+        ...
+
+    async def acontinue_after_answers(self, scope: Scope, conversation_id: Any, answers: list[dict[str, Any]],
+                                      **options: Any) -> Continuation:
+        """Async twin of :meth:`continue_after_answers`."""
+        ...
+
+    async def aresume(self, scope: Scope, conversation_id: Any, **options: Any) -> TurnPlan:
+        """Async twin of :meth:`resume`."""
+        ...
+
+    async def asuspend(self, scope: Scope, conversation_id: Any, **options: Any) -> bool:
+        """Async twin of :meth:`suspend`."""
+        ...
+
+    async def aseal(self, scope: Scope, conversation_id: Any, **options: Any) -> bool:
+        """Async twin of :meth:`seal`."""
+        ...
+
+    async def aclose_out(self, scope: Scope, conversation_id: Any, **options: Any) -> bool:
+        """Async twin of :meth:`close_out`."""
+        ...
+
+    async def aforce_release(self, conversation_id: Any) -> bool:
+        """Async twin of :meth:`force_release`."""
+        ...
+
+    async def aread_turn(self, scope: Scope | None, conversation_id: Any) -> TurnView:
+        """Async twin of :meth:`read_turn`."""
+        ...
+
+    async def aanswers(self, conversation_id: Any, message_id: Any) -> dict[str, Any]:
+        """Async twin of :meth:`answers`."""
+        ...
+
+    async def astop_requested(self, run_ids: Collection[Any]) -> set[uuid.UUID]:
+        """Async twin of :meth:`stop_requested`."""
+        ...
+
+    async def ascope_of(self, conversation_id: Any) -> Scope:
+        """Async twin of :meth:`scope_of`."""
+        ...
+
+    async def adead_turns(self, *, now: datetime | None = None, limit: int = 100) -> list[tuple[Scope, uuid.UUID, uuid.UUID]]:
+        """Async twin of :meth:`dead_turns`."""
+        ...
+
 
 # -- one protocol per store -------------------------------------------------------------------
 #
