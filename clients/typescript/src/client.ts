@@ -265,7 +265,10 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
     const socket = this.socket;
     this.socket = null;
     if (socket) {
-      socket.onopen = socket.onmessage = socket.onerror = socket.onclose = null;
+      socket.onopen = socket.onmessage = socket.onclose = null;
+      // Keep an error handler: the ws package reports closing a socket that is still connecting
+      // as an error event, which would be an uncaught exception without one.
+      socket.onerror = () => {};
       try {
         socket.close(code, reason);
       } catch {

@@ -112,3 +112,15 @@ describe("connecting", () => {
     }
   });
 });
+
+describe("closing", () => {
+  it("close() while the socket is still connecting raises nothing (the ws package reports it as an error event)", async () => {
+    const { createRequire } = await import("node:module");
+    const WebSocket = createRequire(import.meta.url)("ws");
+    const client = new ConversationClient({ url: "ws://10.255.255.1:9/", WebSocket, reconnect: false });
+    const connecting = client.connect().catch((error: Error) => error);
+    client.close();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(await connecting).toBeInstanceOf(Error);
+  });
+});

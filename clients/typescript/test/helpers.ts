@@ -17,6 +17,7 @@ const Ajv2020 = require("ajv/dist/2020").default;
 const schemaPath = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "agent_persistence", "realtime", "protocol.schema.json");
 const schema = JSON.parse(readFileSync(schemaPath, "utf8"));
 const ajv = new Ajv2020({ strict: false, allErrors: true });
+ajv.addFormat("date-time", /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$/i);
 ajv.addSchema(schema, "protocol");
 const validClient = ajv.getSchema("protocol#/$defs/ClientFrame");
 const validServer = ajv.getSchema("protocol#/$defs/ServerFrame");

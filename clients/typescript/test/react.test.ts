@@ -59,7 +59,7 @@ describe("useConversation", () => {
     const reloaded = renderHook(() => useConversation(conversation, options("b")));
     await waitFor(() => expect(reloaded.result.current.snapshot?.final).toBeTruthy(), WAIT);
     await waitFor(() => expect(reloaded.result.current.messages.length).toBe(2), WAIT);
-    await new Promise((resolve) => setTimeout(resolve, 300)); // any late frame or read would show here
+    await act(() => new Promise((resolve) => setTimeout(resolve, 300))); // any late frame or read would show here
     expect(answersShown(reloaded.result.current.messages)).toBe(1);
     expect(reloaded.result.current.messages.every((message) => !message.live)).toBe(true);
   });
