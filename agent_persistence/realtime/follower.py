@@ -221,6 +221,7 @@ class Follower:
         self.behind = False
         self.held: list[Update] = []  # live updates past a gap, applied once the recording fills it
         self.task: asyncio.Task[None] | None = None
+        self.losing_access: asyncio.Task[None] | None = None
         self.subscription: Any = None
 
     def push(self, payload: Payload) -> None:
@@ -345,7 +346,8 @@ class Follower:
                     logger.info("Could not deliver an update of conversation %s.", self.conversation_id, exc_info=True)
         except AccessLost:
             if self.on_access_lost is not None:
-                asyncio.get_running_loop().create_task(self.on_access_lost())
+                # A task of its own (kept, so it is not collected): closing the socket stops this one.
+                self.losing_access = asyncio.get_running_loop().create_task(self.on_access_lost())
         finally:
             if reading is not None:
                 reading.cancel()
