@@ -49,7 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "CHECKPOINT_INTERVAL": 5.0,
     "MAX_RUN_TIME": 3600.0,
     # Seconds a producer's write waits for a row lock before it fails and is retried (PostgreSQL).
-    "PRODUCER_LOCK_TIMEOUT": 5.0,
+    "PRODUCER_LOCK_TIMEOUT": 1.0,
     # Seconds a producer keeps retrying a seal the database refuses before it leaves the turn dead for the reaper.
     "SEAL_RETRY_FOR": 300.0,
     "REAPER_ENABLED": False,

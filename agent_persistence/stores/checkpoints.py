@@ -71,11 +71,8 @@ def _save_in_one_statement(pk: uuid.UUID, values: dict[str, Any], epoch: int) ->
     ``WITH fence AS (UPDATE supervision ... RETURNING) INSERT ... SELECT FROM
     fence ON CONFLICT DO UPDATE ... WHERE stored epoch <= epoch``: the UPDATE
     locks the supervision row (lock 1 of the order) and stamps the heartbeat,
-    and nothing is written unless it matched a running row at ``epoch``.
-    Outside a transaction it is one round trip. It waits for a lock like any
-    UPDATE (concurrent saves of one producer queue up); the batched
-    :meth:`CheckpointStore.save_many` of the supervisor's ticker bounds its
-    waits with ``PRODUCER_LOCK_TIMEOUT``.
+    and nothing is written unless it matched a running row at ``epoch``. The
+    caller's transaction bounds its lock wait (``PRODUCER_LOCK_TIMEOUT``).
     """
     quote = connection.ops.quote_name
     checkpoint, supervision = AgentCheckpoint._meta, TurnSupervision._meta
@@ -137,11 +134,12 @@ class CheckpointStore:
             "epoch": clean_lease_epoch(epoch),
             "saved_at": timezone.now(),
         }
-        if connection.vendor == "postgresql":
-            if not _save_in_one_statement(pk, values, epoch):
-                raise Fenced(conversation_id=str(pk), epoch=epoch)
-            return
         with transaction.atomic():
+            limit_lock_wait()
+            if connection.vendor == "postgresql":
+                if not _save_in_one_statement(pk, values, epoch):
+                    raise Fenced(conversation_id=str(pk), epoch=epoch)
+                return
             fence(pk, epoch)
             if AgentCheckpoint.objects.filter(pk=pk, epoch__lte=epoch).update(**values):
                 return

@@ -1,15 +1,17 @@
 """A row lock held on one conversation stalls that turn only, never the heartbeats of the others.
 
 Three turns stream in one process. Another client holds ``SELECT ... FOR
-UPDATE`` on the first conversation's supervision and conversation rows for
-four times ``DEAD_AFTER``. The other two turns must read alive the whole time
-(so no reaper would take them over and run their agent twice), and once the
-lock goes, all three end with the exact answer, each by its one run.
+UPDATE`` on the first conversation's supervision and conversation rows for 30
+seconds (``AP_FAULT_LOCK_SECONDS``), thirty times ``DEAD_AFTER``. The other
+two turns must never read dead meanwhile (so no reaper would take them over
+and run their agent twice), and once the lock goes, all three end with the
+exact answer, each by its one run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
@@ -26,12 +28,12 @@ from agent_persistence.runtime.turns import start_turn
 from agent_persistence.stores.supervision import status_of
 from tests.agents import ANSWER
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 DEAD_AFTER = 1.0
-HOLD = 4 * DEAD_AFTER
+HOLD = float(os.environ.get("AP_FAULT_LOCK_SECONDS", "30"))
 TIMINGS = {"HEARTBEAT_INTERVAL": 0.2, "DEAD_AFTER": DEAD_AFTER, "RECORDING_FLUSH_INTERVAL": 0.1,
-           "CHECKPOINT_INTERVAL": 0.5, "PRODUCER_LOCK_TIMEOUT": 0.5}
+           "CHECKPOINT_INTERVAL": 0.5, "PRODUCER_LOCK_TIMEOUT": 0.2}
 
 
 def hold_locks(conversation_id: uuid.UUID, held: threading.Event) -> None:
@@ -82,7 +84,7 @@ def test_a_locked_conversation_stalls_only_its_own_turn(alice: Any, monkeypatch:
 
     with override_settings(AGENT_PERSISTENCE={**override_timings()}):
         states = asyncio.run(main())
-    assert states and set(states) == {"alive"}, f"the unlocked turns read {sorted(set(states))} during the lock"
+    assert states and "dead" not in states, f"the unlocked turns read {sorted(set(states))} during the lock"
     for cid in conversation_ids:
         answers = list(Message.objects.filter(conversation_id=cid, role="assistant").values_list("content", flat=True))
         assert answers == [ANSWER], (cid == locked, answers)
