@@ -27,11 +27,7 @@ logger = logging.getLogger(__name__)
 
 def turn_epoch(turn: Turn) -> int:
     """The lease epoch of the run driving ``turn`` (every write of the run is fenced by it)."""
-    epoch = getattr(turn, "epoch", None)
-    if epoch is None:
-        # The agent API has no public ``turn.epoch`` yet; the producer holds it.
-        epoch = turn._producer.epoch
-    return int(epoch)
+    return int(turn.epoch)
 
 
 def bridge_state(turn: Turn, name: str) -> dict[str, Any]:
@@ -112,8 +108,6 @@ def clean_usage(usage: dict[str, Any]) -> dict[str, int | float]:
 
 async def add_usage(turn: Turn, usage: dict[str, Any]) -> None:
     """Add a model call's token counts to the run's usage (fenced by the run's epoch)."""
-    from ..stores import run_store
-
     counters = clean_usage(usage)
     if counters:
-        await run_store().aadd_usage(turn.scope, turn.run_id, counters, epoch=turn_epoch(turn))
+        await turn.add_usage(counters)

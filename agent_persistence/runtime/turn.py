@@ -85,6 +85,24 @@ class Turn:
     def cancelled(self) -> bool:
         return self._producer.cancel_requested
 
+    @property
+    def epoch(self) -> int:
+        """The lease epoch of the run driving this turn: every write the run makes is fenced by it."""
+        return self._producer.epoch
+
+    async def add_usage(self, usage: dict[str, int | float]) -> None:
+        """Add a model call's counters (``{"input_tokens": 12, ...}``) to the run's usage, fenced by its epoch."""
+        from ..stores import run_store
+
+        producer = self._producer
+        await producer.persist(
+            "usage", lambda: run_store().aadd_usage(self.scope, self.run_id, usage, epoch=producer.epoch)
+        )
+
+    async def save_checkpoint(self) -> None:
+        """Save the turn's checkpoint now (the runtime also saves it periodically and after every tool call)."""
+        await self._producer.save_checkpoint()
+
     def stream(self, text: str) -> None:
         """Append ``text`` to the answer. It reaches followers within one flush interval.
 
