@@ -27,7 +27,14 @@ from tests.agents import ANSWER
 from tests.realtime.client import StreamClient
 from tests.realtime.servers import ROOT, Server, receive, send, socket_to
 
-pytestmark = [pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.timeout(600),
+    # It starts a PostgreSQL of its own whatever the suite runs on: once per CI run, in the PostgreSQL leg.
+    pytest.mark.skipif(
+        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason="the PostgreSQL outage scenarios run with the PostgreSQL suite (DATABASE_URL=postgres://...)",
+    ),
+]
 
 TURNS = 3
 OUTAGE = float(os.environ.get("AP_FAULT_OUTAGE_SECONDS", "100"))
