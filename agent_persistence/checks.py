@@ -43,6 +43,8 @@ POSITIVE_NUMBERS = (
     "JSON_MAX_DEPTH",
     "PRODUCER_LOCK_TIMEOUT",
     "SEAL_RETRY_FOR",
+    "WEBSOCKET_ACCESS_CHECK_INTERVAL",
+    "WEBSOCKET_IDLE_POLL_MAX",
     "REAPER_INTERVAL",
     "MAX_FILE_BYTES",
     "MAX_STATE_BYTES",
@@ -109,6 +111,11 @@ def _check_numbers() -> list[Any]:
         )
     if app_settings.raw("DEFAULT_PAGE_SIZE") > app_settings.raw("MAX_PAGE_SIZE"):
         errors.append(Error(f"{SETTING_NAME}['DEFAULT_PAGE_SIZE'] must not exceed MAX_PAGE_SIZE.", id="agent_persistence.E003"))
+    cap = app_settings.raw("WEBSOCKET_MAX_PER_USER")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        errors.append(
+            Error(f"{SETTING_NAME}['WEBSOCKET_MAX_PER_USER'] must be a whole number, 1 or more, or None.", id="agent_persistence.E003")
+        )
     return errors
 
 

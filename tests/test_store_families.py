@@ -36,3 +36,15 @@ def test_a_store_declares_its_family(settings: Any) -> None:
     assert store_family(DeclaredStore) == "acme"
     settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "CONVERSATION_STORE": "tests.test_store_families.DeclaredStore"}
     assert ids(check_store_families()) == ["agent_persistence.E011"]
+
+
+def test_websocket_settings_are_checked(settings: Any) -> None:
+    from agent_persistence.checks import check_settings
+
+    for key, value in [("WEBSOCKET_MAX_PER_USER", 0), ("WEBSOCKET_MAX_PER_USER", "10"), ("WEBSOCKET_IDLE_POLL_MAX", 0),
+                       ("WEBSOCKET_ACCESS_CHECK_INTERVAL", -1), ("PRODUCER_LOCK_TIMEOUT", 0), ("SEAL_RETRY_FOR", True)]:
+        settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, key: value}
+        assert "agent_persistence.E003" in ids(check_settings()), (key, value)
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "WEBSOCKET_MAX_PER_USER": None, "WEBSOCKET_IDLE_POLL_MAX": 5,
+                                  "WEBSOCKET_ACCESS_CHECK_INTERVAL": 2, "PRODUCER_LOCK_TIMEOUT": 1, "SEAL_RETRY_FOR": 300}
+    assert "agent_persistence.E003" not in ids(check_settings())

@@ -37,7 +37,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
 from asgiref.sync import sync_to_async
@@ -45,11 +45,10 @@ from django.db import close_old_connections
 
 from ..conf import app_settings
 from ..exceptions import NotFound
-from ..models import Interrupt, Message
 from ..scope import Scope
-from ..stores import recording_store, supervision_store
+from ..stores import turn_store
 from ..stores.base import readable_conversation
-from ..stores.supervision import status_of
+from ..stores.protocols import TurnView
 from .delivery import Payload, hub
 
 logger = logging.getLogger(__name__)
@@ -77,51 +76,14 @@ class Update:
 MAX_BACK_OFF_STEPS = 16
 
 
-@dataclass
-class TurnView:
-    """One read of a conversation's turn."""
-
-    state: str
-    message_id: uuid.UUID | None
-    run_id: uuid.UUID | None
-    epoch: int
-    record: dict[str, Any] | None = None  # {message_id, epoch, index, message} of the recording
-    final: dict[str, Any] | None = None  # the stored assistant message of a sealed turn
-    interrupts: list[dict[str, Any]] = field(default_factory=list)
-
-
 def read_turn(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
-    """What a follower needs to know of the conversation's turn now (access was checked at connect)."""
-    row = supervision_store().read(conversation_id)
-    status = status_of(row)
-    view = TurnView(state=status.state, message_id=status.message_id, run_id=status.run_id, epoch=status.epoch)
-    if row is None:
-        return view
-    record = recording_store().read_unscoped(conversation_id)
-    if record is not None and record.message_id == row.message_id:
-        view.record = {"epoch": record.epoch, "index": record.index, "message": record.message}
-    if status.state in ("done", "errored"):
-        message = Message.objects.filter(conversation_id=conversation_id, pk=row.message_id).first()
-        if message is not None:
-            view.final = {
-                "message": {"role": "assistant", "content": message.content, **({"tool_calls": message.tool_calls} if message.tool_calls else {})},
-                "stop_reason": (message.metadata or {}).get("stop_reason"),
-                "error": (message.metadata or {}).get("error"),
-            }
-        else:
-            pending = Interrupt.objects.filter(conversation_id=conversation_id, status="pending").order_by("requested_at", "pk")
-            view.interrupts = [
-                {
-                    "id": str(interrupt.pk),
-                    "kind": interrupt.kind,
-                    "payload": interrupt.payload,
-                    "expires_at": interrupt.expires_at.isoformat() if interrupt.expires_at else None,
-                }
-                for interrupt in pending
-            ]
-            if view.interrupts:
-                view.state = "interrupted"
-    return view
+    """What a follower needs to know of the conversation's turn now (access was checked at connect).
+
+    The turn store's read (:meth:`~agent_persistence.stores.turns.TurnStore.read_turn`), unscoped:
+    the supervision row, the turn's recording, the final message of a sealed turn, the pending
+    interrupts of a parked one; ``run_id`` and ``epoch`` name the run that holds the turn now.
+    """
+    return turn_store().read_turn(None, conversation_id)
 
 
 def _read_turn_closing(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
@@ -140,8 +102,8 @@ def check_readable(scope: Scope, conversation_id: uuid.UUID) -> None:
 def _read_turn_checked(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
     close_old_connections()
     try:
-        check_readable(scope, conversation_id)
-        return read_turn(scope, conversation_id)
+        # The scoped read checks access in the same call: NotFound when the scope may no longer read it.
+        return turn_store().read_turn(scope, conversation_id)
     finally:
         close_old_connections()
 
