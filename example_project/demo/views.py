@@ -10,6 +10,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
 from agent_persistence.exceptions import NotFound
+from agent_persistence.runtime.agents import agent_names
 from agent_persistence.scope import default_scope_resolver
 from agent_persistence.stores import conversation_store
 
@@ -27,4 +28,5 @@ def index(request: Any) -> HttpResponse:
     except NotFound:
         return redirect("/")
     messages = conversation_store().list_messages(scope, conversation.pk, limit=100).items
-    return render(request, "demo/index.html", {"conversation": conversation, "messages": messages})
+    # Every registered agent can answer: the scripted demo and one per framework bridge.
+    return render(request, "demo/index.html", {"conversation": conversation, "messages": messages, "agents": agent_names()})

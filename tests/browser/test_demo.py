@@ -121,3 +121,26 @@ def test_stop_keeps_the_partial_answer(demo_server: str) -> None:
             await tab.__aexit__()
 
     asyncio.run(scenario())
+
+
+def test_the_demo_page_runs_each_framework_agent(demo_server: str) -> None:
+    """Pick the LangGraph, Pydantic AI or OpenAI Agents SDK agent on the page, approve its tool, read its answer."""
+    from tests.integrations.test_example_agents import EXPECTED
+
+    cookie = session_cookie(demo_server)
+
+    async def scenario() -> None:
+        with Chromium() as browser:
+            for agent, answer in sorted(EXPECTED.items()):
+                tab = await open_tab(browser, demo_server, cookie)
+                options = await tab.evaluate("[...document.querySelectorAll('#agent option')].map(o => o.value).join(',')")
+                assert agent in options.split(","), options
+                await tab.evaluate(f"document.getElementById('agent').value = {agent!r}")
+                await tab.evaluate("document.getElementById('send').requestSubmit()")
+                await tab.wait_for("document.getElementById('approval').style.display === 'block'")
+                await tab.evaluate("document.getElementById('approve').click()")
+                await tab.wait_for(LAST_ANSWER + f".includes({answer.strip()!r})")
+                assert (await tab.evaluate(LAST_ANSWER)).strip() == answer.strip(), agent
+                await tab.__aexit__()
+
+    asyncio.run(scenario())
