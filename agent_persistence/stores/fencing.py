@@ -20,11 +20,11 @@ import uuid
 from datetime import datetime
 from typing import Any, Iterable
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Fenced, NotFound, Validation
+from ..exceptions import Conflict, Fenced, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
 from .base import MAX_EPOCH, clean_datetime, lookup_id, parse_id, writable_conversation
@@ -251,3 +251,37 @@ def _upsert_chunk(model: Any, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {as_uuid(value) for (value,) in cursor.fetchall()}
+
+
+# -- locks 1 and 2 of the turn's lock order (see stores.turns) ------------------------------------
+
+#: How often a transition starts its locking again when rows appear or vanish under it.
+LOCK_ATTEMPTS = 8
+
+
+class _RowAppeared(Exception):
+    """Rolls back the conversation's lock: a supervision row appeared before it was held."""
+
+
+def lock_turn(pk: uuid.UUID) -> tuple[TurnSupervision | None, Conversation | None]:
+    """Take locks 1 and 2 of the lock order; the conversation is None when it does not exist."""
+    for _ in range(LOCK_ATTEMPTS):
+        row = TurnSupervision.objects.select_for_update().filter(pk=pk).first()
+        if row is not None:
+            conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+            if conversation is not None:
+                return row, conversation
+            continue  # the conversation (and its row, by cascade) was deleted meanwhile
+        try:
+            with transaction.atomic():
+                conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+                if conversation is not None and TurnSupervision.objects.filter(pk=pk).exists():
+                    raise _RowAppeared()
+                return None, conversation
+        except _RowAppeared:
+            continue
+    raise contended()
+
+
+def contended() -> Conflict:
+    return Conflict("The conversation's turn changed while it was being claimed; try again.", code="claim_conflict")

@@ -35,7 +35,7 @@ from .base import (
     readable_conversation,
     writable_conversation,
 )
-from .fencing import clean_lease_epoch, fence_many, lock_supervision
+from .fencing import clean_lease_epoch, fence_many, lock_turn
 from .fencing import fence  # noqa: F401  (importable from here, where it used to live)
 
 RUNNING = SupervisionStatus.RUNNING.value
@@ -149,10 +149,6 @@ def clean_replica(value: Any) -> str:
 
 def clean_run_id(value: Any) -> uuid.UUID | None:
     return None if value is None else parse_id(value, "run_id")
-
-
-class _RowAppeared(Exception):
-    """Rolls back the conversation's lock when a supervision row appeared while it was awaited."""
 
 
 class _Lost(Exception):
@@ -376,26 +372,15 @@ def _lock_conversation(pk: uuid.UUID) -> Conversation:
 def _lock_turn(
     pk: uuid.UUID, lock_conversation: Callable[[], Conversation]
 ) -> tuple[TurnSupervision | None, Conversation]:
-    """Lock the supervision row, then the conversation: the order fence() callers use.
+    """Locks 1 and 2 of the lock order (:func:`.fencing.lock_turn`), then ``lock_conversation``'s checks.
 
-    Without a row there is nothing to lock first, so the conversation is
-    locked alone; rows are inserted only under that lock. If a row appeared
-    meanwhile, locking it now would invert the order (and deadlock with a
-    claimer that holds it and waits for the conversation), so the savepoint is
-    rolled back, releasing the conversation, and the row is locked first.
+    The conversation is already locked by then, so ``lock_conversation`` (the
+    scope's write check, or a plain lock) only re-reads it in this transaction.
     """
-    while True:
-        row = lock_supervision(pk)
-        if row is not None:
-            return row, lock_conversation()
-        try:
-            with transaction.atomic():
-                conversation = lock_conversation()
-                if not TurnSupervision.objects.filter(pk=pk).exists():
-                    return None, conversation
-                raise _RowAppeared()
-        except _RowAppeared:
-            continue
+    row, conversation = lock_turn(pk)
+    if conversation is None:
+        raise NotFound("No such conversation.")
+    return row, lock_conversation()
 
 
 def _take(conversation: Conversation, row: TurnSupervision | None, values: dict[str, Any], now: datetime) -> Claim:

@@ -37,7 +37,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Busy, Conflict, ConversationNotOwned, Fenced, Gone, NotFound, PendingInterrupts, Validation
+from ..exceptions import Busy, ConversationNotOwned, Fenced, Gone, NotFound, PendingInterrupts, Validation
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
 from ..scope import Scope
@@ -46,14 +46,12 @@ from .base import async_twin, bump_counter, check_scope, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import MessageInput, clean_agent, clean_message, insert_message, message_conflict
 from .events import EventStore
-from .fencing import fence, limit_lock_wait
+from .fencing import LOCK_ATTEMPTS, contended, fence, limit_lock_wait, lock_turn
 from .interrupts import InterruptStore
 from .protocols import Continuation, Seal, TurnPlan, TurnView
 from .runs import clean_error
 from .supervision import clean_replica, is_dead, occupant_of, status_of
 
-#: How often a transition starts its locking again when rows appear or vanish under it.
-LOCK_ATTEMPTS = 8
 
 #: The error of a run whose producer stopped heartbeating.
 PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
@@ -62,30 +60,6 @@ FORCE_RELEASED = {"code": "force_released", "message": "An operator released thi
 
 
 # -- locking ----------------------------------------------------------------------------------
-
-
-class _RowAppeared(Exception):
-    """Rolls back the conversation's lock: a supervision row appeared before it was held."""
-
-
-def lock_turn(pk: uuid.UUID) -> tuple[TurnSupervision | None, Conversation | None]:
-    """Take locks 1 and 2 of the lock order; the conversation is None when it does not exist."""
-    for _ in range(LOCK_ATTEMPTS):
-        row = TurnSupervision.objects.select_for_update().filter(pk=pk).first()
-        if row is not None:
-            conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
-            if conversation is not None:
-                return row, conversation
-            continue  # the conversation (and its row, by cascade) was deleted meanwhile
-        try:
-            with transaction.atomic():
-                conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
-                if conversation is not None and TurnSupervision.objects.filter(pk=pk).exists():
-                    raise _RowAppeared()
-                return None, conversation
-        except _RowAppeared:
-            continue
-    raise contended()
 
 
 def create_locked(scope: Scope, pk: uuid.UUID, *, agent: str, now: datetime) -> Conversation | None:
@@ -111,10 +85,6 @@ def check_writable(scope: Scope, conversation: Conversation | None) -> Conversat
     if conversation.owner != scope.user:
         raise ConversationNotOwned()
     return conversation
-
-
-def contended() -> Conflict:
-    return Conflict("The conversation's turn changed while it was being claimed; try again.", code="claim_conflict")
 
 
 # -- writes under the locks -------------------------------------------------------------------
