@@ -16,6 +16,7 @@ serialises the same way).
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,10 +50,11 @@ from .base import (
     readable_conversation,
     writable_conversation,
 )
+from .times import clean_caller_time
 
-#: The keys a message dict given to :meth:`ConversationStore.merge_messages` may carry.
+#: The keys a message dict given to :meth:`ConversationStore.merge_messages` (or ``replace_messages``) may carry.
 MESSAGE_KEYS = frozenset(
-    {"id", "role", "content", "name", "tool_call_id", "tool_calls", "files", "metadata", "usage", "run_id"}
+    {"id", "role", "content", "name", "tool_call_id", "tool_calls", "files", "metadata", "usage", "run_id", "created_at"}
 )
 
 MAX_VERSION = 2**63 - 1  # the largest value a PositiveBigIntegerField holds on every backend
@@ -136,11 +138,15 @@ def clean_agent(value: Any) -> str:
 
 @dataclass(frozen=True)
 class MessageInput:
-    """A cleaned message, ready to be written: its id, its run and its column values."""
+    """A cleaned message, ready to be written: its id, its run and its column values.
+
+    ``created_at`` is a time the caller gave (an import); None lets the store stamp it.
+    """
 
     id: uuid.UUID
     run_id: uuid.UUID | None
     fields: dict[str, Any]
+    created_at: datetime | None = None
 
 
 def clean_role(value: Any) -> str:
@@ -184,6 +190,7 @@ def clean_message(
     metadata: Any = None,
     usage: Any = None,
     run_id: Any = None,
+    created_at: Any = None,
 ) -> MessageInput:
     text_length = _max_length(Message, "name")
     fields = {
@@ -201,6 +208,7 @@ def clean_message(
         id=uuid7() if id is None else parse_id(id, "id"),
         run_id=None if run_id is None else parse_id(run_id, "run_id"),
         fields=fields,
+        created_at=clean_caller_time(created_at, field="created_at"),
     )
 
 
@@ -324,6 +332,108 @@ def message_conflict(message_ids: Iterable[uuid.UUID], *, merged_into: uuid.UUID
 
 def transcript(pk: uuid.UUID) -> list[Message]:
     return list(Message.objects.filter(conversation_id=pk).order_by("position"))
+
+
+# -- saving a whole thread (merge by id, full overwrite) ----------------------------------------
+
+#: One entry of a thread to save: an incoming message, or the id of a stored message kept as it is.
+ThreadEntry = MessageInput | uuid.UUID
+
+#: The columns a saved message may change; ``created_at`` only when the caller gives one.
+MESSAGE_COLUMNS = ("role", "content", "name", "tool_call_id", "tool_calls", "files", "metadata", "usage", "run_id")
+JSON_COLUMNS = frozenset({"content", "tool_calls", "files", "metadata", "usage"})
+
+
+def merged_thread(stored_ids: list[uuid.UUID], incoming: list[MessageInput]) -> list[ThreadEntry]:
+    """The thread the merge-by-id rule makes of the stored transcript (its ids, in order) and an incoming list.
+
+    The last incoming id already stored is the cutoff: stored messages after it
+    are dropped (a reload replaces the old answer). No incoming id stored: every
+    stored message stays (a new turn). A kept id that comes in again is replaced
+    by the incoming message in its place (incoming wins); the other incoming
+    messages (new ids, no id, ids past the cutoff) follow, in their order.
+    """
+    stored = set(stored_ids)
+    cutoff = next((message.id for message in reversed(incoming) if message.id in stored), None)
+    kept = stored_ids if cutoff is None else stored_ids[: stored_ids.index(cutoff) + 1]
+    kept_ids = set(kept)
+    replacing = {message.id: message for message in incoming if message.id in kept_ids}
+    return [replacing.get(message_id, message_id) for message_id in kept] + [
+        message for message in incoming if message.id not in kept_ids
+    ]
+
+
+def same_value(column: str, stored: Any, wanted: Any) -> bool:
+    # JSON compares as text: in Python 1 == 1.0 == True, but they are three different JSON values.
+    if column in JSON_COLUMNS:
+        return stored is wanted or json.dumps(stored, sort_keys=True) == json.dumps(wanted, sort_keys=True)
+    return stored == wanted
+
+
+def message_changes(stored: dict[str, Any], message: MessageInput) -> dict[str, Any]:
+    """The columns in which ``message`` differs from the stored row of its id; empty when it is the same message."""
+    wanted = {**message.fields, "run_id": message.run_id}
+    if message.created_at is not None:
+        wanted["created_at"] = message.created_at
+    return {column: value for column, value in wanted.items() if not same_value(column, stored[column], value)}
+
+
+def new_message_row(pk: uuid.UUID, message: MessageInput, position: int, now: datetime) -> Message:
+    return Message(
+        id=message.id,
+        conversation_id=pk,
+        position=position,
+        run_id=message.run_id,
+        created_at=message.created_at or now,
+        updated_at=now,
+        **message.fields,
+    )
+
+
+def save_thread(pk: uuid.UUID, incoming: list[MessageInput], *, merge: bool, now: datetime) -> list[Message]:
+    """Make the transcript ``incoming`` (merged by id first when ``merge``), at positions 0 .. n - 1.
+
+    The caller holds the conversation's row lock in its transaction, so no other
+    message write interleaves. Stored messages left out are deleted (their files
+    stay, detached); a kept message is written only where it changes (its fields,
+    or its position), so an unchanged one keeps its id, times and order; the new
+    ones are inserted in one statement. Positions move in two steps, through a
+    range above every stored and every final position, because the unique
+    (conversation, position) constraint is checked row by row and must never see
+    two rows at one position. ``next_position`` is set to n, so the next append
+    follows the saved thread without a gap.
+    """
+    columns = ("id", "position", "created_at", *MESSAGE_COLUMNS)
+    rows = list(Message.objects.filter(conversation_id=pk).order_by("position").values(*columns))
+    stored = {row["id"]: row for row in rows}
+    thread = merged_thread(list(stored), incoming) if merge else list(incoming)
+    kept_ids = {entry if isinstance(entry, uuid.UUID) else entry.id for entry in thread}
+    dropped = [message_id for message_id in stored if message_id not in kept_ids]
+    if dropped:
+        Message.objects.filter(conversation_id=pk, pk__in=dropped).delete()
+    updates: dict[uuid.UUID, dict[str, Any]] = {}
+    new_rows: list[Message] = []
+    for position, entry in enumerate(thread):
+        if isinstance(entry, MessageInput) and entry.id not in stored:
+            new_rows.append(new_message_row(pk, entry, position, now))
+            continue
+        row = stored[entry if isinstance(entry, uuid.UUID) else entry.id]
+        changes = {} if isinstance(entry, uuid.UUID) else message_changes(row, entry)
+        if changes:
+            changes["updated_at"] = now
+        if row["position"] != position:
+            changes["position"] = position
+        if changes:
+            updates[row["id"]] = changes
+    moving = [message_id for message_id, changes in updates.items() if "position" in changes]
+    if moving:
+        above = max([len(thread), *(row["position"] for row in rows)]) + 1
+        Message.objects.filter(pk__in=moving).update(position=F("position") + above)
+    for message_id, changes in updates.items():
+        Message.objects.filter(pk=message_id).update(**changes)
+    Message.objects.bulk_create(new_rows)
+    Conversation.objects.filter(pk=pk).update(next_position=len(thread))
+    return transcript(pk)
 
 
 class ConversationStore:
@@ -584,7 +694,18 @@ class ConversationStore:
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
     ) -> list[Message]:
-        """Merge a posted transcript by id (cutoff, replace, append); the resulting transcript."""
+        """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript."""
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True)
+
+    def replace_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript."""
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False)
+
+    def _save(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool
+    ) -> list[Message]:
         check_scope(scope)
         create = clean_flag(create, "create")
         pk = conversation_pk(conversation_id, create=create)
@@ -592,43 +713,18 @@ class ConversationStore:
         agent = clean_agent(agent)
         now = timezone.now()
         try:
-            return self._merge(scope, pk, incoming, create=create, agent=agent, now=now)
+            with transaction.atomic():
+                if merge and not incoming:
+                    # Nothing to merge: history is never touched, not even updated_at.
+                    if create:
+                        create_if_absent(scope, pk, agent=agent, title=None, now=now)
+                    writable_conversation(scope, pk)
+                    return transcript(pk)
+                claim_conversation(scope, pk, count=0, create=create, agent=agent, title=None, now=now)
+                check_runs(pk, [message.run_id for message in incoming])
+                return save_thread(pk, incoming, merge=merge, now=now)
         except IntegrityError:
             raise message_conflict((message.id for message in incoming), merged_into=pk) from None
-
-    def _merge(
-        self, scope: Scope, pk: uuid.UUID, incoming: list[MessageInput], *, create: bool, agent: str, now: datetime
-    ) -> list[Message]:
-        with transaction.atomic():
-            if not incoming:
-                # Nothing to merge: history is never touched, not even updated_at.
-                if create:
-                    create_if_absent(scope, pk, agent=agent, title=None, now=now)
-                writable_conversation(scope, pk)
-                return transcript(pk)
-            claim_conversation(scope, pk, count=0, create=create, agent=agent, title=None, now=now)
-            check_runs(pk, [message.run_id for message in incoming])
-            stored = self._drop_after_cutoff(pk, incoming)
-            for message in incoming:
-                if message.id in stored:
-                    Message.objects.filter(pk=message.id, conversation_id=pk).update(
-                        **message.fields, run_id=message.run_id, updated_at=now
-                    )
-            new_messages = [message for message in incoming if message.id not in stored]
-            if new_messages:
-                first = claim_positions(scope, pk, len(new_messages), now)
-                for offset, message in enumerate(new_messages):
-                    insert_message(pk, message, first + offset, now)  # type: ignore[operator]
-            return transcript(pk)
-
-    def _drop_after_cutoff(self, pk: uuid.UUID, incoming: list[MessageInput]) -> set[uuid.UUID]:
-        """Delete the stored messages after the last incoming id already stored; the ids kept."""
-        positions = dict(Message.objects.filter(conversation_id=pk).values_list("id", "position"))
-        cutoff = next((message.id for message in reversed(incoming) if message.id in positions), None)
-        if cutoff is None:
-            return set(positions)
-        Message.objects.filter(conversation_id=pk, position__gt=positions[cutoff]).delete()
-        return {message_id for message_id, position in positions.items() if position <= positions[cutoff]}
 
     acreate = async_twin("create")
     aget = async_twin("get")
@@ -643,3 +739,4 @@ class ConversationStore:
     aupdate_message = async_twin("update_message")
     adelete_message = async_twin("delete_message")
     amerge_messages = async_twin("merge_messages")
+    areplace_messages = async_twin("replace_messages")

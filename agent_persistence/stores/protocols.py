@@ -398,7 +398,13 @@ class ConversationStoreProtocol(Protocol):
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
     ) -> list[Message]:
-        """Merge a posted transcript by id (cutoff, replace, append); the resulting transcript."""
+        """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript."""
+        ...
+
+    def replace_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript."""
         ...
 
     async def acreate(
@@ -516,6 +522,12 @@ class ConversationStoreProtocol(Protocol):
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
     ) -> list[Message]:
         """Async twin of :meth:`merge_messages`."""
+        ...
+
+    async def areplace_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        """Async twin of :meth:`replace_messages`."""
         ...
 
 

@@ -44,6 +44,8 @@ from ..conversations import (
     clean_message,
     clean_version,
     conversation_pk,
+    merged_thread,
+    message_changes,
 )
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
@@ -344,6 +346,16 @@ class MemoryConversationStore:
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
     ) -> list[Message]:
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True)
+
+    def replace_messages(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+    ) -> list[Message]:
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False)
+
+    def _save(
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool
+    ) -> list[Message]:
         check_scope(scope)
         create = clean_flag(create, "create")
         pk = conversation_pk(conversation_id, create=create)
@@ -354,25 +366,40 @@ class MemoryConversationStore:
             with self._created_if_absent(scope, pk, create, agent=agent, title=None, now=now):
                 conversation = self.db.writable_conversation(scope, pk)
                 self._check_new_messages(pk, incoming, merged_into=True)
-            if not incoming:
+            if merge and not incoming:
                 return [clone(row) for row in self._transcript(pk)]
-            stored = {row.pk: row for row in self._transcript(pk)}
-            cutoff = next((message.id for message in reversed(incoming) if message.id in stored), None)
-            if cutoff is not None:
-                for row in list(stored.values()):
-                    if row.position > stored[cutoff].position:
-                        self.db.delete_message(row.pk)
-                        del stored[row.pk]
-            for message in incoming:
-                row = stored.get(message.id)
-                if row is not None:
-                    for name, value in message.fields.items():
-                        setattr(row, name, value)
-                    row.run_id, row.updated_at = message.run_id, now
-                else:
-                    self._insert(conversation, message, now)
+            self._save_thread(conversation, incoming, merge=merge, now=now)
             conversation.updated_at = now
             return [clone(row) for row in self._transcript(pk)]
+
+    def _save_thread(self, conversation: Conversation, incoming: list[MessageInput], *, merge: bool, now: datetime) -> None:
+        """The ORM's ``save_thread``: the transcript becomes the (merged) list, at positions 0 .. n - 1."""
+        stored = {row.pk: row for row in self._transcript(conversation.pk)}
+        thread = merged_thread(list(stored), incoming) if merge else list(incoming)
+        kept_ids = {entry if isinstance(entry, uuid.UUID) else entry.id for entry in thread}
+        for message_id in stored:
+            if message_id not in kept_ids:
+                self.db.delete_message(message_id)
+        for position, entry in enumerate(thread):
+            if isinstance(entry, MessageInput) and entry.id not in stored:
+                self.db.messages[entry.id] = Message(
+                    id=entry.id,
+                    conversation_id=conversation.pk,
+                    position=position,
+                    run_id=entry.run_id,
+                    created_at=entry.created_at or now,
+                    updated_at=now,
+                    **entry.fields,
+                )
+                continue
+            row = stored[entry if isinstance(entry, uuid.UUID) else entry.id]
+            changes = {} if isinstance(entry, uuid.UUID) else message_changes(vars(row), entry)
+            for column, value in changes.items():
+                setattr(row, column, value)
+            if changes:
+                row.updated_at = now
+            row.position = position
+        conversation.next_position = len(thread)
 
     acreate = async_twin("create")
     aget = async_twin("get")
@@ -387,4 +414,5 @@ class MemoryConversationStore:
     aupdate_message = async_twin("update_message")
     adelete_message = async_twin("delete_message")
     amerge_messages = async_twin("merge_messages")
+    areplace_messages = async_twin("replace_messages")
 
