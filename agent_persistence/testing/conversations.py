@@ -15,6 +15,7 @@ nothing by reading everything back. Race tests run real threads on committed dat
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from datetime import datetime, timedelta
@@ -50,6 +51,7 @@ PUBLIC_METHODS = (
     "update_message",
     "delete_message",
     "merge_messages",
+    "replace_messages",
 )
 
 
@@ -80,6 +82,10 @@ def ids(items: Any) -> list[Any]:
     return [item.id for item in items]
 
 
+def json_text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
 def same_instant(text: Any, moment: datetime) -> bool:
     return isinstance(text, str) and datetime.fromisoformat(text.replace("Z", "+00:00")) == moment
 
@@ -107,6 +113,15 @@ OWNER_ONLY_WRITES: dict[str, Callable[[Any, Scope, Any, Any], Any]] = {
         scope, conversation, [{"role": "user", "content": "taken"}], create=True
     ),
     "merge_messages_empty": lambda store, scope, conversation, message: store.merge_messages(scope, conversation, []),
+    "replace_messages": lambda store, scope, conversation, message: store.replace_messages(
+        scope, conversation, [{"id": str(message), "role": "user", "content": "taken"}]
+    ),
+    "replace_messages_create": lambda store, scope, conversation, message: store.replace_messages(
+        scope, conversation, [{"role": "user", "content": "taken"}], create=True
+    ),
+    "replace_messages_empty": lambda store, scope, conversation, message: store.replace_messages(
+        scope, conversation, []
+    ),
 }
 
 
@@ -1082,3 +1097,298 @@ class ConversationStoreContract(FamilyContract):
             # Had the append slipped in after the delete, the id would hold its message.
             with pytest.raises(NotFound):
                 store.list_messages(ALICE, conversation.id)
+
+    # -- saving a whole thread: positions, unchanged messages, replace_messages ---------------
+
+    def positions(self, store: Any, conversation: Any) -> list[int]:
+        return [message.position for message in store.list_messages(ALICE, conversation.id).items]
+
+    def test_merge_leaves_positions_dense_and_the_next_append_follows(
+        self, store: Any, conversation: Conversation
+    ) -> None:
+        u1, a1, u2, a2 = self.stored_turns(store, conversation)
+        merged = store.merge_messages(
+            ALICE, conversation.id, [{"id": u1.id, "role": "user", "content": "u1"}, {"role": "user", "content": "new"}]
+        )
+        assert [(message.content, message.position) for message in merged] == [("u1", 0), ("new", 1)]
+        assert self.append(store, conversation, "next").position == 2
+        assert self.positions(store, conversation) == [0, 1, 2]
+
+    def test_a_save_writes_only_the_messages_it_changes(self, store: Any, conversation: Conversation) -> None:
+        """An unchanged message keeps its times and position; a changed one moves only its updated_at."""
+        with frozen_clock(LONG_AGO):
+            u1, a1 = self.stored_turns(store, conversation)[:2]
+        before = {message.id: record_of(message) for message in (u1, a1)}
+        incoming = [
+            {"id": u1.id, "role": "user", "content": "u1"},
+            {"id": a1.id, "role": "assistant", "content": "a1 edited"},
+            {"role": "user", "content": "u3"},
+        ]
+        for save in (store.merge_messages, store.replace_messages):
+            saved = save(ALICE, conversation.id, incoming)
+            assert [message.content for message in saved] == ["u1", "a1 edited", "u3"]
+            assert record_of(saved[0]) == before[u1.id]  # untouched, not even updated_at
+            edited = record_of(saved[1])
+            assert edited["updated_at"] > LONG_AGO and edited["created_at"] == LONG_AGO and edited["position"] == 1
+            assert {**edited, "content": "a1", "updated_at": LONG_AGO} == before[a1.id]
+            # A cursor on a kept message still selects what follows it.
+            assert [m.content for m in store.list_messages(ALICE, conversation.id, after=u1.id).items] == [
+                "a1 edited",
+                "u3",
+            ]
+
+    @pytest.mark.parametrize("old, new", [(1, True), (1, 1.0), (0, False), ({"a": 1}, {"a": True}), ([1], [1.0])])
+    def test_a_save_replaces_json_that_python_calls_equal(
+        self, store: Any, conversation: Conversation, old: Any, new: Any
+    ) -> None:
+        message = self.append(store, conversation, old)
+        saved = store.replace_messages(ALICE, conversation.id, [{"id": message.id, "role": "user", "content": new}])
+        stored = store.get_message(ALICE, conversation.id, message.id).content
+        assert json_text(saved[0].content) == json_text(stored) == json_text(new)
+
+    def test_replace_makes_the_transcript_exactly_the_list(self, store: Any, conversation: Conversation) -> None:
+        u1, a1, u2, a2 = self.stored_turns(store, conversation)
+        fresh = uuid.uuid4()
+        saved = store.replace_messages(
+            ALICE,
+            conversation.id,
+            [
+                {"id": a1.id, "role": "assistant", "content": "a1 edited", "metadata": {"v": 2}},
+                {"id": str(fresh), "role": "user", "content": "fresh"},
+                {"id": u1.id, "role": "user", "content": "u1"},
+                {"role": "assistant", "content": "no id"},
+            ],
+        )
+        expected = ["a1 edited", "fresh", "u1", "no id"]
+        assert [message.content for message in saved] == expected
+        assert [message.position for message in saved] == [0, 1, 2, 3]
+        assert ids(saved)[:3] == [a1.id, fresh, u1.id]
+        assert [content for _, content in self.transcript(store, conversation)] == expected
+        assert store.get_message(ALICE, conversation.id, a1.id).metadata == {"v": 2}
+        assert not message_exists(store, ALICE, u2) and not message_exists(store, ALICE, a2)
+        assert self.append(store, conversation, "next").position == 4
+        assert store.get(ALICE, conversation.id).version == 0
+
+    def test_replace_unlike_merge_drops_stored_messages_the_list_leaves_out(
+        self, store: Any, conversation: Conversation
+    ) -> None:
+        stored = self.stored_turns(store, conversation)
+        new_turn = [{"role": "user", "content": "u3"}]
+        assert [m.content for m in store.merge_messages(ALICE, conversation.id, new_turn)][-2:] == ["a2", "u3"]
+        assert [m.content for m in store.replace_messages(ALICE, conversation.id, new_turn)] == ["u3"]
+        assert not any(message_exists(store, ALICE, message) for message in stored)
+
+    def test_replace_with_an_empty_list_empties_the_transcript_and_keeps_the_conversation(
+        self, store: Any, conversation: Conversation
+    ) -> None:
+        self.stored_turns(store, conversation)
+        assert store.replace_messages(ALICE, conversation.id, []) == []
+        assert store.list_messages(ALICE, conversation.id).total == 0
+        assert store.get(ALICE, conversation.id).title == "Plans"
+        assert self.append(store, conversation).position == 0
+
+    def test_replace_closes_the_gaps_a_delete_left(self, store: Any, conversation: Conversation) -> None:
+        u1, a1, u2, a2 = self.stored_turns(store, conversation)
+        store.delete_message(ALICE, conversation.id, a1.id)
+        assert self.positions(store, conversation) == [0, 2, 3]
+        kept = [{"id": m.id, "role": m.role, "content": m.content} for m in (u1, u2, a2)]
+        saved = store.replace_messages(ALICE, conversation.id, kept)
+        assert [(m.id, m.position) for m in saved] == [(u1.id, 0), (u2.id, 1), (a2.id, 2)]
+        assert record_of(saved[1])["updated_at"] == record_of(u2)["updated_at"]  # moved, not changed
+
+    def test_replace_with_create_makes_the_conversation_and_without_is_not_found(self, store: Any) -> None:
+        absent = uuid.uuid4()
+        with pytest.raises(NotFound):
+            store.replace_messages(ALICE, absent, [{"role": "user", "content": "hi"}])
+        assert count_conversations(store) == 0
+        saved = store.replace_messages(ALICE, absent, [{"role": "user", "content": "hi"}], create=True, agent="helper")
+        assert [message.content for message in saved] == ["hi"]
+        assert (store.get(ALICE, absent).agent, store.get(ALICE, absent).version) == ("helper", 0)
+        other = uuid.uuid4()
+        assert store.replace_messages(ALICE, other, [], create=True) == []
+        assert store.get(ALICE, other).owner == "alice"
+
+    def test_replace_is_all_or_nothing(self, store: Any, stores: Any, conversation: Conversation) -> None:
+        self.stored_turns(store, conversation)
+        other = store.create(ALICE)
+        foreign = self.append(store, other)
+        foreign_run = new_run(stores, other)
+        before = snapshot(store, conversation.id)
+        with pytest.raises(Conflict) as caught:
+            store.replace_messages(
+                ALICE, conversation.id, [{"role": "user", "content": "x"}, {"id": foreign.id, "role": "user", "content": "y"}]
+            )
+        assert caught.value.code == "message_exists"
+        with pytest.raises(NotFound):
+            store.replace_messages(
+                ALICE, conversation.id, [{"role": "user", "content": "x", "run_id": str(foreign_run.id)}]
+            )
+        assert snapshot(store, conversation.id) == before
+        assert message_exists(store, ALICE, foreign)
+
+    def test_replace_keeps_a_run_of_the_conversation(self, store: Any, stores: Any, conversation: Conversation) -> None:
+        run = new_run(stores, conversation)
+        saved = store.replace_messages(ALICE, conversation.id, [{"role": "assistant", "content": "a", "run_id": run.id}])
+        assert saved[0].run_id == run.id
+
+    @pytest.mark.parametrize(
+        "messages",
+        [
+            "not a list",
+            [["role", "user"]],
+            [{"content": "no role"}],
+            [{"role": "user", "content": "x", "colour": "red"}],
+            [{"id": "same-id", "role": "user", "content": "x"}],
+            [{"role": "user", "content": "x"}, {"role": "wizard", "content": "y"}],
+            [{"role": "user", "content": "nul\x00"}],
+            [{"role": "user", "content": "x", "created_at": "2024-01-02T12:00:00"}],
+        ],
+    )
+    def test_replace_refuses_bad_input_and_writes_nothing(
+        self, store: Any, conversation: Conversation, messages: Any
+    ) -> None:
+        self.stored_turns(store, conversation)
+        before = snapshot(store, conversation.id)
+        with pytest.raises(Validation):
+            store.replace_messages(ALICE, conversation.id, messages)
+        assert snapshot(store, conversation.id) == before
+
+    def test_replace_refuses_a_repeated_id(self, store: Any, conversation: Conversation) -> None:
+        u1 = self.append(store, conversation)
+        before = snapshot(store, conversation.id)
+        with pytest.raises(Validation):
+            store.replace_messages(
+                ALICE,
+                conversation.id,
+                [{"id": u1.id, "role": "user", "content": "a"}, {"id": str(u1.id), "role": "user", "content": "b"}],
+            )
+        assert snapshot(store, conversation.id) == before
+
+    def test_replace_keeps_a_message_s_files_attached(self, store: Any, stores: Any, conversation: Conversation) -> None:
+        u1, a1, u2, a2 = self.stored_turns(store, conversation)
+        attached = stores.files.save(
+            ALICE, conversation_id=conversation.id, message_id=u2.id, content=b"x", name="x.txt"
+        )
+        store.replace_messages(ALICE, conversation.id, [{"id": u2.id, "role": "user", "content": "u2 first"}])
+        assert stores.files.get(ALICE, attached.id).message_id == u2.id
+
+    def test_async_replace_messages(self, store: Any, conversation: Conversation) -> None:
+        saved = async_to_sync(store.areplace_messages)(ALICE, conversation.id, [{"role": "user", "content": "a"}])
+        assert [message.content for message in saved] == ["a"]
+
+    # -- caller-supplied created_at ------------------------------------------------------------
+
+    def test_a_saved_message_keeps_the_created_at_its_caller_gave(self, store: Any, conversation: Conversation) -> None:
+        """Listings stay in list (position) order, whatever the imported times say."""
+        later, earlier = NOON, NOON - timedelta(days=1)
+        saved = store.replace_messages(
+            ALICE,
+            conversation.id,
+            [
+                {"role": "user", "content": "first", "created_at": "2024-01-02T14:00:00+02:00"},
+                {"role": "assistant", "content": "second", "created_at": earlier},
+                {"role": "user", "content": "third"},
+            ],
+        )
+        assert [m.created_at for m in saved[:2]] == [later, earlier]
+        assert saved[2].created_at > NOON
+        listed = store.list_messages(ALICE, conversation.id).items
+        assert [(m.content, m.created_at) for m in listed[:2]] == [("first", later), ("second", earlier)]
+        merged = store.merge_messages(ALICE, conversation.id, [{"role": "user", "content": "x", "created_at": LONG_AGO}])
+        assert merged[-1].created_at == LONG_AGO
+
+    def test_a_replaced_message_without_created_at_keeps_its_own(self, store: Any, conversation: Conversation) -> None:
+        with frozen_clock(LONG_AGO):
+            message = self.append(store, conversation)
+        saved = store.replace_messages(ALICE, conversation.id, [{"id": message.id, "role": "user", "content": "new"}])
+        assert saved[0].created_at == LONG_AGO
+        saved = store.replace_messages(
+            ALICE, conversation.id, [{"id": message.id, "role": "user", "content": "new", "created_at": NOON}]
+        )
+        assert saved[0].created_at == NOON
+
+    @pytest.mark.parametrize(
+        "created_at, code",
+        [
+            ("2024-01-02T12:00:00", "naive_time"),
+            (datetime(2024, 1, 2, 12, 0), "naive_time"),
+            ("yesterday", "invalid_time"),
+            (12345, "invalid_time"),
+            ("0001-01-01T00:00:00+01:00", "invalid_time"),
+            ("9999-01-01T00:00:00Z", "future_time"),
+        ],
+    )
+    def test_a_created_at_that_cannot_be_stored_is_refused(
+        self, store: Any, conversation: Conversation, created_at: Any, code: str
+    ) -> None:
+        before = snapshot(store, conversation.id)
+        for save in (store.replace_messages, store.merge_messages):
+            with pytest.raises(Validation) as caught:
+                save(ALICE, conversation.id, [{"role": "user", "content": "x", "created_at": created_at}])
+            assert caught.value.code == code and caught.value.details["field"] == "created_at"
+        assert snapshot(store, conversation.id) == before
+
+    def test_a_created_at_ahead_of_the_clock_is_allowed_within_the_import_skew(
+        self, store: Any, conversation: Conversation, settings: Any
+    ) -> None:
+        with frozen_clock(NOON):
+            ahead = NOON + timedelta(seconds=60)
+            saved = store.replace_messages(ALICE, conversation.id, [{"role": "user", "content": "x", "created_at": ahead}])
+            assert saved[0].created_at == ahead
+            limits(settings, IMPORT_CLOCK_SKEW=30)
+            with pytest.raises(Validation) as caught:
+                store.replace_messages(ALICE, conversation.id, [{"role": "user", "content": "x", "created_at": ahead}])
+        assert caught.value.code == "future_time" and caught.value.details["limit"] == 30
+        assert [m.created_at for m in store.list_messages(ALICE, conversation.id).items] == [ahead]
+
+    # -- saving a whole thread: races ----------------------------------------------------------
+
+    @pytest.mark.django_db(transaction=True)
+    def test_concurrent_full_overwrites_leave_exactly_one_saved_list(self, store: Any) -> None:
+        """Writers that insert, update and drop the same ids at once: the end is one writer's list, never a mix."""
+        rounds, writers = 5, 8
+
+        def thread_of(round_number: int, writer: int, pool: list[uuid.UUID]) -> list[dict[str, Any]]:
+            rotated = pool[writer % len(pool) :] + pool[: writer % len(pool)]
+            chosen = rotated[: 2 + writer % 5]
+            named = [{"id": str(i), "role": "user", "content": f"r{round_number} w{writer} {i}"} for i in chosen]
+            return named + [{"role": "assistant", "content": f"r{round_number} w{writer} no id"}]
+
+        for round_number in range(rounds):
+            pool = [uuid.uuid4() for _ in range(6)]  # ids are global: each round's conversation has its own
+            conversation = store.create(ALICE)
+            store.replace_messages(ALICE, conversation.id, [{"id": pool[0], "role": "user", "content": "old"}])
+            saves = {writer: thread_of(round_number, writer, pool) for writer in range(writers)}
+
+            def save(writer: int) -> Any:
+                return store.replace_messages(ALICE, conversation.id, saves[writer])
+
+            results = run_in_threads(writers, save, timeout=120)
+            assert not [result for result in results if isinstance(result, BaseException)], results
+            stored = store.list_messages(ALICE, conversation.id).items
+            contents = [message.content for message in stored]
+            matching = [writer for writer, thread in saves.items() if contents == [m["content"] for m in thread]]
+            assert len(matching) == 1, f"round {round_number}: {contents} is no writer's list"
+            assert [str(m.id) for m in stored[:-1]] == [m["id"] for m in saves[matching[0]][:-1]]
+            assert [message.position for message in stored] == list(range(len(stored)))
+            assert self.append(store, conversation, "after").position == len(stored)
+
+    @pytest.mark.django_db(transaction=True)
+    def test_concurrent_merges_of_new_turns_keep_every_turn_at_dense_positions(self, store: Any) -> None:
+        writers = 8
+        conversation = store.create(ALICE)
+        u1, a1 = self.stored_turns(store, conversation)[:2]
+        store.delete_message(ALICE, conversation.id, a1.id)  # a gap the first save closes
+
+        def merge(writer: int) -> Any:
+            turn = [{"role": "user", "content": f"u{writer}"}, {"role": "assistant", "content": f"a{writer}"}]
+            return store.merge_messages(ALICE, conversation.id, turn)
+
+        results = run_in_threads(writers, merge, timeout=120)
+        assert not [result for result in results if isinstance(result, BaseException)], results
+        stored = store.list_messages(ALICE, conversation.id).items
+        assert [message.content for message in stored[:3]] == ["u1", "u2", "a2"]
+        turns = [m.content for m in stored[3:]]
+        assert sorted(turns) == sorted(f"{r}{w}" for w in range(writers) for r in "ua")
+        assert all(turns[i][1:] == turns[i + 1][1:] for i in range(0, len(turns), 2))  # no turn split by another
+        assert [message.position for message in stored] == list(range(3 + 2 * writers))
