@@ -230,6 +230,15 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("mcp-callback", "GET"): Row(
         lambda w: "/api/mcp/oauth/callback/?state=unknown-state&code=x", {**everyone(400), "anon": 400}
     ),
+    # whole-thread saves of the messages: PUT overwrites, PATCH merges by id
+    ("message-list", "PUT"): Row(
+        conversation("messages"),
+        write(200),
+        body=lambda w: {"messages": [{"id": str(w.message_id), "role": "user", "content": "kept"}]},
+    ),
+    ("message-list", "PATCH"): Row(
+        conversation("messages"), write(200), body=lambda w: {"messages": [{"role": "user", "content": "merged"}]}
+    ),
 }
 
 

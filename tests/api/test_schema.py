@@ -59,6 +59,8 @@ DESTRUCTIVE = {
     "messages_destroy": {"conversation_id": "conversation_id", "message_id": "doomed_message_id"},
     "files_destroy": {"file_id": "doomed_file_id"},
     "tasks_destroy": {"task_id": "doomed_task_id"},
+    "messages_replace": {"conversation_id": "thread_conversation_id"},
+    "messages_merge": {"conversation_id": "thread_conversation_id"},
 }
 
 
@@ -96,6 +98,8 @@ def seed_rows(user_pk: Any, api: httpx.Client) -> dict[str, str]:
         "doomed_message_id": str(doomed_message.id),
         "doomed_file_id": upload(api, str(conversation.id), "doomed.txt"),
         "doomed_task_id": str(doomed_task.id),
+        # The whole-thread saves rewrite a conversation's messages: they get one of their own.
+        "thread_conversation_id": str(conversation_store().create(scope, agent="echo", title="Saved whole").id),
     }
 
 

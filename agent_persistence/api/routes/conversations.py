@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from ..views import conversations as views
+from ..views import transcripts
 
 urlpatterns: list[URLPattern] = [
     path("conversations/", views.ConversationListView.as_view(), name="conversation-list"),
@@ -12,7 +13,8 @@ urlpatterns: list[URLPattern] = [
     path(
         "conversations/<str:conversation_id>/share/", views.ConversationShareView.as_view(), name="conversation-share"
     ),
-    path("conversations/<str:conversation_id>/messages/", views.MessageListView.as_view(), name="message-list"),
+    # The message list with the whole-thread saves (PUT overwrites, PATCH merges by id) added.
+    path("conversations/<str:conversation_id>/messages/", transcripts.MessageThreadView.as_view(), name="message-list"),
     path(
         "conversations/<str:conversation_id>/messages/<str:message_id>/",
         views.MessageDetailView.as_view(),
