@@ -403,34 +403,36 @@ def save_thread(pk: uuid.UUID, incoming: list[MessageInput], *, merge: bool, now
     two rows at one position. ``next_position`` is set to n, so the next append
     follows the saved thread without a gap.
     """
-    columns = ("id", "position", "created_at", *MESSAGE_COLUMNS)
-    rows = list(Message.objects.filter(conversation_id=pk).order_by("position").values(*columns))
-    stored = {row["id"]: row for row in rows}
-    thread = merged_thread(list(stored), incoming) if merge else list(incoming)
+    positions = dict(Message.objects.filter(conversation_id=pk).order_by("position").values_list("id", "position"))
+    thread = merged_thread(list(positions), incoming) if merge else list(incoming)
     kept_ids = {entry if isinstance(entry, uuid.UUID) else entry.id for entry in thread}
-    dropped = [message_id for message_id in stored if message_id not in kept_ids]
+    dropped = [message_id for message_id in positions if message_id not in kept_ids]
     if dropped:
         Message.objects.filter(conversation_id=pk, pk__in=dropped).delete()
+    # Only the rows an incoming message may replace are read whole (a new turn reads none of them).
+    replaced = [entry.id for entry in thread if isinstance(entry, MessageInput) and entry.id in positions]
+    columns = ("id", "created_at", *MESSAGE_COLUMNS)
+    stored = {row["id"]: row for row in Message.objects.filter(conversation_id=pk, pk__in=replaced).values(*columns)}
     updates: dict[uuid.UUID, dict[str, Any]] = {}
     new_rows: list[Message] = []
     for position, entry in enumerate(thread):
-        if isinstance(entry, MessageInput) and entry.id not in stored:
-            new_rows.append(new_message_row(pk, entry, position, now))
+        message_id = entry if isinstance(entry, uuid.UUID) else entry.id
+        if message_id not in positions:
+            new_rows.append(new_message_row(pk, entry, position, now))  # type: ignore[arg-type]
             continue
-        row = stored[entry if isinstance(entry, uuid.UUID) else entry.id]
-        changes = {} if isinstance(entry, uuid.UUID) else message_changes(row, entry)
+        changes = {} if isinstance(entry, uuid.UUID) else message_changes(stored[message_id], entry)
         if changes:
             changes["updated_at"] = now
-        if row["position"] != position:
+        if positions[message_id] != position:
             changes["position"] = position
         if changes:
-            updates[row["id"]] = changes
+            updates[message_id] = changes
     moving = [message_id for message_id, changes in updates.items() if "position" in changes]
     if moving:
-        above = max([len(thread), *(row["position"] for row in rows)]) + 1
-        Message.objects.filter(pk__in=moving).update(position=F("position") + above)
+        above = max([len(thread), *positions.values()]) + 1
+        Message.objects.filter(conversation_id=pk, pk__in=moving).update(position=F("position") + above)
     for message_id, changes in updates.items():
-        Message.objects.filter(pk=message_id).update(**changes)
+        Message.objects.filter(pk=message_id, conversation_id=pk).update(**changes)
     Message.objects.bulk_create(new_rows)
     Conversation.objects.filter(pk=pk).update(next_position=len(thread))
     return transcript(pk)
