@@ -7,6 +7,7 @@ import sys
 from types import ModuleType
 
 from . import api, checkpoints, idle_sockets, langgraph_saver, runtime, storage, streaming
+from . import transcripts
 
 BENCHMARKS: dict[str, ModuleType] = {
     "storage": storage,
@@ -16,6 +17,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "streaming": streaming,
     "api": api,
     "idle_sockets": idle_sockets,
+    "transcripts": transcripts,
 }
 
 
