@@ -103,6 +103,20 @@ def full_list_refused() -> Validation:
                       field="activities", limit=max_activities())
 
 
+def activity_as_json(row: Activity) -> dict[str, Any]:
+    """An activity row as JSON: what the websocket's ``activity`` frame, the REST API and a reload carry."""
+    return {
+        "id": str(row.activity_id),
+        "activity_type": row.activity_type,
+        "content": row.content,
+        "metadata": row.metadata,
+        "message_id": str(row.message_id) if row.message_id else None,
+        "run_id": str(row.run_id) if row.run_id else None,
+        "position": row.position,
+        "revision": row.revision,
+    }
+
+
 class ActivityStore:
     """The activity rows of each conversation, on the Django ORM."""
 
