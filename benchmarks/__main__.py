@@ -6,7 +6,7 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import api, checkpoints, idle_sockets, langgraph_saver, runtime, storage, streaming
+from . import activities, api, checkpoints, idle_sockets, langgraph_saver, runtime, storage, streaming
 
 BENCHMARKS: dict[str, ModuleType] = {
     "storage": storage,
@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "api": api,
     "idle_sockets": idle_sockets,
 }
+BENCHMARKS["activities"] = activities
 
 
 def main(argv: list[str] | None = None) -> int:

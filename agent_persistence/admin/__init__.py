@@ -44,7 +44,7 @@ __all__ = [
     "tasks",
 ]
 
-from . import activities  # noqa: E402  (registers ActivityAdmin and MetadataEntryAdmin)
+from . import activities  # noqa: E402, F401  (registers ActivityAdmin and MetadataEntryAdmin)
 
 for _model in apps.get_app_config("agent_persistence").get_models():
     if not admin.site.is_registered(_model):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django.contrib.auth import get_user_model
 
 from agent_persistence.realtime import delivery
 from agent_persistence.realtime.follower import Follower
@@ -22,7 +23,7 @@ from agent_persistence.scope import Scope
 from agent_persistence.stores import activity_store, conversation_store
 from agent_persistence.testing.family import claim_at, orm_stores
 from tests.realtime.client import StreamClient
-from tests.test_protocol_schema import close_producer_connections, connect, make_conversation, owner, server_frame_errors  # noqa: F401
+from tests.test_protocol_schema import close_producer_connections, connect, make_conversation, server_frame_errors  # noqa: F401
 
 ANSWER = "Searching. Found three. Done."
 
@@ -40,6 +41,11 @@ class SearchingAgent(Agent):
         refused = await turn.activity("broken", "web_search", {"text": "nul \x00"})
         turn.state["refused"] = str(refused)
         turn.stream("Done.")
+
+
+@pytest.fixture
+def owner() -> Any:
+    return get_user_model().objects.create_user("activity-alice")
 
 
 @pytest.fixture
