@@ -169,3 +169,8 @@ def reload_app_settings(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(reload_app_settings)
+
+# Activities and metadata (seed 003's activity and metadata stores), each chosen by import path.
+DEFAULTS["ACTIVITY_STORE"] = "agent_persistence.stores.activities.ActivityStore"
+DEFAULTS["METADATA_STORE"] = "agent_persistence.stores.metadata.MetadataStore"
+IMPORT_STRINGS = IMPORT_STRINGS | {"ACTIVITY_STORE", "METADATA_STORE"}

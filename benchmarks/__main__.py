@@ -6,8 +6,17 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import api, checkpoints, idle_sockets, langgraph_saver, runtime, storage, streaming
-from . import transcripts
+from . import (
+    activities,
+    api,
+    checkpoints,
+    idle_sockets,
+    langgraph_saver,
+    runtime,
+    storage,
+    streaming,
+    transcripts,
+)
 
 BENCHMARKS: dict[str, ModuleType] = {
     "storage": storage,
@@ -18,6 +27,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "api": api,
     "idle_sockets": idle_sockets,
     "transcripts": transcripts,
+    "activities": activities,
 }
 
 

@@ -30,6 +30,10 @@ PROTOCOLS = {
     "RECORDING_STORE": protocols.RecordingStoreProtocol,
     "CHECKPOINT_STORE": protocols.CheckpointStoreProtocol,
 }
+PROTOCOLS.update({
+    "ACTIVITY_STORE": protocols.ActivityStoreProtocol,
+    "METADATA_STORE": protocols.MetadataStoreProtocol,
+})
 
 
 def public_methods(cls: type) -> set[str]:

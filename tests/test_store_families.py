@@ -48,3 +48,13 @@ def test_websocket_settings_are_checked(settings: Any) -> None:
     settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "WEBSOCKET_MAX_PER_USER": None, "WEBSOCKET_IDLE_POLL_MAX": 5,
                                   "WEBSOCKET_ACCESS_CHECK_INTERVAL": 2, "PRODUCER_LOCK_TIMEOUT": 1, "SEAL_RETRY_FOR": 300}
     assert "agent_persistence.E003" not in ids(check_settings())
+
+
+def test_the_activity_store_is_swapped_with_the_turn_family(settings: Any) -> None:
+    """Its producer writes are fenced through the supervision rows of its own family."""
+    settings.AGENT_PERSISTENCE = {
+        **settings.AGENT_PERSISTENCE,
+        "ACTIVITY_STORE": "agent_persistence.stores.memory.activities.MemoryActivityStore",
+    }
+    messages = check_store_families()
+    assert ids(messages) == ["agent_persistence.E011"] and "ACTIVITY_STORE" in messages[0].msg

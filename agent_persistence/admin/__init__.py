@@ -44,6 +44,8 @@ __all__ = [
     "tasks",
 ]
 
+from . import activities  # noqa: E402, F401  (registers ActivityAdmin and MetadataEntryAdmin)
+
 for _model in apps.get_app_config("agent_persistence").get_models():
     if not admin.site.is_registered(_model):
         admin.site.register(_model, ReadOnlyAdmin)

@@ -10,6 +10,7 @@ from django.urls import path
 
 from .routes import conversations, files, oauth, tasks, turns
 from .schema import SchemaView
+from .routes import activities  # noqa: E402
 
 app_name = "agent_persistence"
 
@@ -20,4 +21,5 @@ urlpatterns = [
     *tasks.urlpatterns,
     *oauth.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
+    *activities.urlpatterns,
 ]

@@ -35,3 +35,8 @@ __all__ = [
     "TaskStatus",
     "TurnSupervision",
 ]
+
+from .activities import Activity  # noqa: E402
+from .metadata import MetadataEntry  # noqa: E402
+
+__all__ += ["Activity", "MetadataEntry"]

@@ -153,12 +153,12 @@ class GroupSender:
                 batch.append(self.queue.get_nowait())
             # Under load the queue grows while a send is in flight: what waits is sent as one
             # message per group, so the sender catches up instead of falling further behind.
-            merged = merge_updates(batch)
-            results = await asyncio.gather(
-                *(layer.group_send(group, message) for group, message in merged),
-                return_exceptions=True,
-            )
-            failures = [(message, result) for (_, message), result in zip(merged, results) if isinstance(result, BaseException)]
+            by_group: dict[str, list[dict[str, Any]]] = {}
+            for group, message in merge_updates(batch):
+                by_group.setdefault(group, []).append(message)
+            # Groups are sent concurrently; the messages of one group one after another, in order.
+            sent = await asyncio.gather(*(send_in_order(layer, group, messages) for group, messages in by_group.items()))
+            failures = [failure for group_failures in sent for failure in group_failures]
             for message, _ in failures:
                 self.forget(message)
             if failures:  # followers elsewhere fill what is lost from the recording
@@ -175,24 +175,47 @@ class GroupSender:
             self.published.pop(key, None)
 
 
+async def send_in_order(layer: Any, group: str, messages: list[dict[str, Any]]) -> list[tuple[dict[str, Any], BaseException]]:
+    """Send ``messages`` to ``group`` one after another; the ones that failed, with their errors."""
+    failures = []
+    for message in messages:
+        try:
+            await layer.group_send(group, message)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, which logs it once per outage
+            failures.append((message, exc))
+    return failures
+
+
 def merge_updates(batch: list[tuple[str, Payload]]) -> list[tuple[str, Payload]]:
-    """One message per group: consecutive deltas of one producer become one delta (text concatenated)."""
-    merged: dict[str, dict[str, Any]] = {}
-    order: list[str] = []
+    """Fewer messages, the same meaning, each group's in order.
+
+    Consecutive deltas of one producer to one group become one delta (text
+    concatenated); a delta that does not follow on from the group's previous
+    delta replaces it (the newer one wins, followers fill gaps from the
+    recording). Any other message (an activity, a seal) is kept as it is, and
+    a delta after it starts anew.
+    """
+    merged: list[tuple[str, dict[str, Any]]] = []
+    last_delta: dict[str, int] = {}  # group -> where in ``merged`` its last message is, while that is a delta
     for group, message in batch:
         payload = message["payload"]
-        previous_message = merged.get(group)
-        if previous_message is None:
-            merged[group] = {**message, "payload": dict(payload)}
-            order.append(group)
+        copied = (group, {**message, "payload": dict(payload)})
+        at = last_delta.get(group)
+        if payload.get("kind") != "delta":
+            last_delta.pop(group, None)
+            merged.append(copied)
             continue
-        previous = previous_message["payload"]
+        if at is None:
+            last_delta[group] = len(merged)
+            merged.append(copied)
+            continue
+        previous = merged[at][1]["payload"]
         same_producer = (previous["message_id"], previous["epoch"]) == (payload["message_id"], payload["epoch"])
         if same_producer and payload["offset"] == previous["offset"] + len(previous["text"]):
             previous.update(index=payload["index"], text=previous["text"] + payload["text"], tool_calls=payload["tool_calls"])
-        else:  # a gap or another producer: the newer one wins, followers fill gaps from the recording
-            merged[group] = {**message, "payload": dict(payload)}
-    return [(group, merged[group]) for group in order]
+        else:
+            merged[at] = copied
+    return merged
 
 
 _senders: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupSender]" = weakref.WeakKeyDictionary()
@@ -427,6 +450,16 @@ def on_stream(update: hooks.StreamUpdate) -> None:
         )
 
 
+def on_activity(update: hooks.ActivityUpdate) -> None:
+    """The runtime's activity listener: a saved activity row goes to every socket of the conversation, on every process."""
+    payload = {"kind": "activity", "epoch": update.epoch, "activity": update.activity}
+    hub.publish(update.conversation_id, payload)
+    if layer_spans_processes():
+        group_sender().queue.put_nowait(
+            (conversation_group(update.conversation_id), group_message(update.conversation_id, payload))
+        )
+
+
 def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID, **kwargs: Any) -> None:
     """``conversation_updated`` (a turn was sealed): tell every socket of the conversation, on every process.
 
@@ -468,4 +501,6 @@ def connect() -> None:
 
     if on_stream not in hooks.stream_listeners:
         hooks.stream_listeners.append(on_stream)
+    if on_activity not in hooks.activity_listeners:
+        hooks.activity_listeners.append(on_activity)
     conversation_updated.connect(on_conversation_updated, dispatch_uid="agent_persistence.realtime.conversation_updated")

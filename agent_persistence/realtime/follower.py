@@ -46,7 +46,8 @@ from django.db import close_old_connections
 from ..conf import app_settings
 from ..exceptions import NotFound
 from ..scope import Scope
-from ..stores import turn_store
+from ..stores import activity_store, turn_store
+from ..stores.activities import activity_as_json
 from ..stores.base import readable_conversation
 from ..stores.protocols import TurnView
 from .delivery import Payload, hub
@@ -139,6 +140,23 @@ async def check_readable_async(scope: Scope, conversation_id: uuid.UUID) -> None
         raise AccessLost from None
 
 
+def _list_activities_closing(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID) -> list[dict[str, Any]]:
+    close_old_connections()
+    try:
+        # Scoped: the store checks that the socket's user may still read the conversation.
+        return [activity_as_json(row) for row in activity_store().list(scope, conversation_id, message_id=message_id)]
+    finally:
+        close_old_connections()
+
+
+async def list_activities_async(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The activity rows of one turn, as frames carry them, in a worker thread (as :func:`read_turn_async`)."""
+    try:
+        return await sync_to_async(_list_activities_closing, thread_sensitive=False)(scope, conversation_id, message_id)
+    except NotFound:
+        raise AccessLost from None
+
+
 class AccessLost(Exception):
     """The socket's user may no longer read the conversation (it was unshared or deleted)."""
 
@@ -174,6 +192,7 @@ class Follower:
         self.state: str | None = None  # the turn's state as last sent in a status frame
         self.finalized: set[uuid.UUID] = set()
         self.interrupts_sent: tuple[str, ...] = ()
+        self.activity_revisions: dict[str, int] = {}  # activity id -> the revision last sent
         self.last_live = 0.0
         self.last_read = 0.0
         self.read_requested = False
@@ -203,6 +222,7 @@ class Follower:
         self.status = None
         self.finalized.clear()
         self.interrupts_sent = ()
+        self.activity_revisions.clear()
         self.held.clear()
         self.last_read, self.idle_polls, self.last_seen = time.monotonic(), 0, None
         self.message_id, self.epoch, self.index, self.offset, self.tool_calls = view.message_id, 0, 0, 0, None
@@ -218,6 +238,8 @@ class Follower:
                 self.index = last_index or 0
                 self.offset = offset or 0
         await self.send_status(view.state, view.message_id, view.run_id, view.epoch)
+        if view.message_id is not None:  # the turn's activity rows, then its text
+            await self.apply_activities(await list_activities_async(self.scope, self.conversation_id, view.message_id))
         await self.apply_view(view, attaching=True)
         self.task = asyncio.get_running_loop().create_task(self.follow(), name=f"agent_persistence.follower.{self.conversation_id}")
 
@@ -326,6 +348,14 @@ class Follower:
             logger.warning("Reading the turn of conversation %s failed; retrying.", self.conversation_id, exc_info=True)
             return
         self.queue.put_nowait({"kind": "view", "view": view, "switches": switches})
+        if view.message_id is not None and not self.covered() and (view.state == "alive" or self.seen_of(view) != self.last_seen):
+            # No layer brings other processes' activity frames: the turn's rows are read with the turn.
+            try:
+                rows = await list_activities_async(self.scope, self.conversation_id, view.message_id)
+            except Exception:  # noqa: BLE001 - read again at the next poll
+                logger.warning("Reading the activities of conversation %s failed; retrying.", self.conversation_id, exc_info=True)
+                return
+            self.queue.put_nowait({"kind": "activities", "activities": rows})
 
     # -- applying -------------------------------------------------------------------------------------
 
@@ -344,6 +374,13 @@ class Follower:
             return
         if kind == "sealed":
             await self.apply_view(await read_turn_async(self.scope, self.conversation_id))
+            return
+        if kind == "activities":
+            await self.apply_activities(payload["activities"])
+            return
+        if kind == "activity":
+            self.last_live = time.monotonic()
+            await self.apply_activity(payload["activity"], epoch=payload["epoch"])
             return
         self.last_live = time.monotonic()
         self.idle_polls = 0
@@ -437,9 +474,32 @@ class Follower:
         await self.send(frame)
         return True
 
-    async def apply_view(self, view: TurnView, *, attaching: bool = False) -> None:
-        seen = (view.state, view.message_id, view.record["index"] if view.record else None, view.final is not None,
+    @staticmethod
+    def seen_of(view: TurnView) -> tuple[Any, ...]:
+        """What of a read tells a follower something new (the idle back-off restarts when it changes)."""
+        return (view.state, view.message_id, view.record["index"] if view.record else None, view.final is not None,
                 tuple(interrupt["id"] for interrupt in view.interrupts))
+
+    async def apply_activities(self, activities: list[dict[str, Any]]) -> None:
+        for activity in activities:
+            await self.apply_activity(activity)
+
+    async def apply_activity(self, activity: dict[str, Any], *, epoch: int = 0) -> None:
+        """Send an activity row unless the client has it at this revision or a newer one.
+
+        A live row of a turn the client has not seen starts that turn first,
+        as its first delta would.
+        """
+        if activity["revision"] <= self.activity_revisions.get(activity["id"], 0):
+            return
+        message_id = uuid.UUID(activity["message_id"]) if activity["message_id"] else None
+        if message_id is not None and message_id != self.message_id and message_id not in self.finalized and epoch:
+            await self.switch_to(message_id, "alive", activity["run_id"], epoch)
+        self.activity_revisions[activity["id"]] = activity["revision"]
+        await self.send({"type": "activity", **activity})
+
+    async def apply_view(self, view: TurnView, *, attaching: bool = False) -> None:
+        seen = self.seen_of(view)
         if not attaching:  # the back-off grows while reads find the same turn
             self.idle_polls = min(self.idle_polls + 1, MAX_BACK_OFF_STEPS) if seen == self.last_seen else 0
         self.last_seen = seen

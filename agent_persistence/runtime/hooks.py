@@ -42,3 +42,27 @@ def publish(update: StreamUpdate) -> None:
             listener(update)
         except Exception:  # noqa: BLE001 - delivery must never break the turn
             logger.exception("A stream listener failed for conversation %s", update.conversation_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityUpdate:
+    """An activity row a producer (``epoch``) saved: ``activity`` is its frame's fields (:func:`~agent_persistence.stores.activities.activity_as_json`)."""
+
+    conversation_id: uuid.UUID
+    epoch: int
+    activity: dict[str, Any]
+
+
+ActivityListener = Callable[[ActivityUpdate], None]
+
+#: Called on the producer's event loop after each saved activity; registered by ``agent_persistence.realtime``.
+activity_listeners: list[ActivityListener] = []
+
+
+def publish_activity(update: ActivityUpdate) -> None:
+    for listener in activity_listeners:
+        try:
+            listener(update)
+        except Exception:  # noqa: BLE001 - delivery must never break the turn
+            logger.exception("An activity listener failed for conversation %s", update.conversation_id)
+

@@ -45,7 +45,8 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..exceptions import Fenced, NotFound
 from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
-from ..stores import checkpoint_store, interrupt_store, recording_store, supervision_store, turn_store
+from ..stores import activity_store, checkpoint_store, interrupt_store, recording_store, supervision_store, turn_store
+from ..stores.activities import activity_as_json
 from ..stores.base import heal_connections
 from ..stores.protocols import Seal, TurnPlan
 from . import hooks
@@ -180,6 +181,28 @@ class Producer:
             expires_at=expires_at,
             epoch=self.epoch,
         ))
+
+    async def save_activity(self, activity: dict[str, Any]) -> None:
+        """Save one activity row and send it to followers; a failure is logged, never raised.
+
+        Activities are decoration beside the answer: one attempt, no retry
+        that would hold the agent up. A fenced save stops the producer, as
+        any fenced write does.
+        """
+        try:
+            row = await activity_store().aput(self.plan.scope, self.conversation_id, activity, epoch=self.epoch)
+        except Fenced:
+            logger.info("Activity of turn %s was fenced; the producer stops.", self.plan.message_id)
+            self.stop(Outcome.FENCED)
+            return
+        except Exception:  # noqa: BLE001 - a failed activity save never fails the turn
+            logger.warning(
+                "Saving an activity of turn %s (run %s, epoch %s) of conversation %s failed; the turn goes on.",
+                self.plan.message_id, self.plan.run_id, self.epoch, self.conversation_id, exc_info=True,
+            )
+            return
+        if not self.fenced:
+            hooks.publish_activity(hooks.ActivityUpdate(self.conversation_id, self.epoch, activity_as_json(row)))
 
     async def persist(self, what: str, write: Callable[[], Awaitable[Any]]) -> Any:
         """A write the agent waits on, retried while the database refuses it (an outage, a lock held too long).

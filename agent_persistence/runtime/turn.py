@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 # Deterministic interrupt ids: the same question in a re-driven run has the same id.
 INTERRUPT_NAMESPACE = uuid.UUID("6f0b4a52-36b4-4d55-9c3a-3f1e4b0f7a10")
+# Deterministic activity ids: the same activity key in a re-driven run updates the same row.
+ACTIVITY_NAMESPACE = uuid.UUID("2b9e7c1d-5a40-4f8e-9d3b-7c6a1e0f4b21")
 
 
 class TurnSuspended(Exception):
@@ -194,3 +196,27 @@ class Turn:
             return self._answers[str(interrupt_id)]
         await self._producer.raise_interrupt(interrupt_id, kind=kind, payload=payload or {}, expires_in=expires_in)
         raise TurnSuspended(interrupt_id)
+
+    async def activity(
+        self, key: str, activity_type: str, content: dict[str, Any], *, metadata: dict[str, Any] | None = None
+    ) -> uuid.UUID:
+        """Show an activity row beside the answer (an AG-UI ``ACTIVITY_SNAPSHOT``: a search progress card, say).
+
+        ``key`` names the activity within the turn: calling again with the same
+        key replaces that row's ``activity_type``, ``content`` and ``metadata``
+        (progress), and a re-driven run that repeats it updates the same row.
+        The row is saved in the conversation's activity list (fenced by the
+        run's epoch) and sent to every follower as an ``activity`` frame; it
+        is never part of the transcript the model reads. A failed save is
+        logged and never fails the turn. Returns the activity's id.
+        """
+        activity_id = uuid.uuid5(ACTIVITY_NAMESPACE, f"{self.message_id}:{key}")
+        await self._producer.save_activity({
+            "id": activity_id,
+            "activity_type": activity_type,
+            "content": content,
+            "metadata": metadata or {},
+            "message_id": self.message_id,
+            "run_id": self.run_id,
+        })
+        return activity_id

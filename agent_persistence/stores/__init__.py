@@ -98,3 +98,14 @@ def recording_store() -> RecordingStoreProtocol:
 
 def checkpoint_store() -> CheckpointStoreProtocol:
     return cast(CheckpointStoreProtocol, get_store("CHECKPOINT_STORE"))
+
+
+def activity_store() -> ActivityStoreProtocol:
+    return cast(ActivityStoreProtocol, get_store("ACTIVITY_STORE"))
+
+
+def metadata_store() -> MetadataStoreProtocol:
+    return cast(MetadataStoreProtocol, get_store("METADATA_STORE"))
+
+
+from .protocols import ActivityStoreProtocol, MetadataStoreProtocol  # noqa: E402

@@ -1425,3 +1425,70 @@ __all__ = [
     "TurnStoreProtocol",
     "TurnView",
 ]
+
+
+# -- activities and metadata (seed 003's activity and metadata stores) -------------------------
+
+if TYPE_CHECKING:
+    from ..models import Activity
+
+
+@runtime_checkable
+class ActivityStoreProtocol(Protocol):
+    """A conversation's AG-UI activity rows, never part of the transcript; see ``docs/reference/stores/activities.md``."""
+
+    def list(self, scope: Scope, conversation_id: Any, *, message_id: Any = None) -> list[Activity]:
+        """The conversation's activities in list order; ``message_id`` keeps one turn's. NotFound unless readable."""
+        ...
+
+    def save(self, scope: Scope, conversation_id: Any, activities: list[dict[str, Any]]) -> list[Activity]:
+        """Replace the whole list with exactly ``activities``, in one transaction. Owner only."""
+        ...
+
+    def put(self, scope: Scope, conversation_id: Any, activity: dict[str, Any], *, epoch: int | None = None) -> Activity:
+        """Replace the row with the activity's id, or append it; fenced by ``epoch`` when given. Owner only."""
+        ...
+
+    async def alist(self, scope: Scope, conversation_id: Any, *, message_id: Any = None) -> list[Activity]:
+        """Async twin of :meth:`list`."""
+        ...
+
+    async def asave(self, scope: Scope, conversation_id: Any, activities: list[dict[str, Any]]) -> list[Activity]:
+        """Async twin of :meth:`save`."""
+        ...
+
+    async def aput(self, scope: Scope, conversation_id: Any, activity: dict[str, Any], *, epoch: int | None = None) -> Activity:
+        """Async twin of :meth:`put`."""
+        ...
+
+
+@runtime_checkable
+class MetadataStoreProtocol(Protocol):
+    """Namespaced key/value JSON values of a tenant, for middleware; see ``docs/reference/stores/metadata.md``."""
+
+    def get(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:
+        """The value under ``namespace`` / ``key`` in the scope's tenant; ``default`` when none is stored."""
+        ...
+
+    def set(self, scope: Scope, namespace: str, key: str, value: Any) -> Any:
+        """Store ``value`` (any JSON value), replacing any; the value as stored. Concurrent sets: the last commit wins."""
+        ...
+
+    def delete(self, scope: Scope, namespace: str, key: str) -> bool:
+        """Remove the value; whether there was one."""
+        ...
+
+    async def aget(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def aset(self, scope: Scope, namespace: str, key: str, value: Any) -> Any:
+        """Async twin of :meth:`set`."""
+        ...
+
+    async def adelete(self, scope: Scope, namespace: str, key: str) -> bool:
+        """Async twin of :meth:`delete`."""
+        ...
+
+
+__all__ += ["ActivityStoreProtocol", "MetadataStoreProtocol"]

@@ -69,6 +69,8 @@ class Stores:
     content_exists: Callable[[Any], bool] = lambda record: False
     stored_contents: Callable[[], set[Any]] = set
     lose_content: Callable[[Any], None] = lambda record: None
+    activities: Any = None
+    metadata: Any = None
 
     def run_in_processes(self, count: int, target: Callable[[int], Any], *, timeout: float = 120.0) -> list[Any]:
         """``target(i)`` in ``count`` OS processes, or threads when the family lives in one process's memory."""
@@ -122,6 +124,8 @@ def orm_stores() -> Stores:
     from ..stores.supervision import SupervisionStore
     from ..stores.tasks import TaskStore
     from ..stores.turns import TurnStore
+    from ..stores.activities import ActivityStore
+    from ..stores.metadata import MetadataStore
 
     return Stores(
         conversations=ConversationStore(),
@@ -139,6 +143,8 @@ def orm_stores() -> Stores:
         content_exists=_content_in_storage,
         stored_contents=_names_in_storage,
         lose_content=_delete_from_storage,
+        activities=ActivityStore(),
+        metadata=MetadataStore(),
     )
 
 
@@ -282,6 +288,8 @@ def memory_stores(database: Any = None) -> Stores:
     from ..stores.memory.supervision import MemorySupervisionStore
     from ..stores.memory.tasks import MemoryTaskStore
     from ..stores.memory.turns import MemoryTurnStore
+    from ..stores.memory.activities import MemoryActivityStore
+    from ..stores.memory.metadata import MemoryMetadataStore
 
     db = database if database is not None else MemoryDatabase()
     return Stores(
@@ -300,4 +308,6 @@ def memory_stores(database: Any = None) -> Stores:
         stored_contents=lambda: set(db.file_contents),
         lose_content=lambda record: db.file_contents.pop(record.pk, None),
         turns=MemoryTurnStore(db),
+        activities=MemoryActivityStore(db),
+        metadata=MemoryMetadataStore(db),
     )

@@ -242,6 +242,17 @@ MATRIX: dict[tuple[str, str], Row] = {
 }
 
 
+# activity rows and reconstruct-for-reload
+MATRIX.update({
+    ("conversation-activities", "GET"): Row(conversation("activities"), read()),
+    ("conversation-activities", "PUT"): Row(
+        conversation("activities"), write(200),
+        body=lambda w: {"activities": [{"activity_type": "web_search", "content": {"found": 1}}]},
+    ),
+    ("conversation-reconstruct", "GET"): Row(conversation("reconstruct"), read()),
+})
+
+
 # -- enumerating the URLconf ------------------------------------------------------------------------
 
 

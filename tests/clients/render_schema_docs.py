@@ -19,7 +19,7 @@ SECTIONS = [
     ("Client to server", ["ClientFrame", "AttachFrame", "StartFrame", "StopFrame", "AnswerFrame", "InterruptAnswer", "ResumeFrame"]),
     ("Server to client", [
         "ServerFrame", "StatusFrame", "DeltaFrame", "FinalFrame", "InterruptFrame", "ConversationUpdatedFrame", "StartedFrame",
-        "ResumedFrame", "StopRequestedFrame", "AnsweredFrame", "ErrorFrame",
+        "ResumedFrame", "StopRequestedFrame", "AnsweredFrame", "ErrorFrame", "ActivityFrame",
     ]),
     ("Shared definitions", [
         "TurnState", "AssistantMessage", "ToolCall", "TurnError", "StopReason", "PendingInterrupt", "Uuid", "Count", "JsonValue",

@@ -53,3 +53,6 @@ def reset_memory_stores() -> None:
 
     DEFAULT_DATABASE.clear()
     reset_stores()
+
+MEMORY_STORES["ACTIVITY_STORE"] = f"{_PACKAGE}.activities.MemoryActivityStore"
+MEMORY_STORES["METADATA_STORE"] = f"{_PACKAGE}.metadata.MemoryMetadataStore"

@@ -71,6 +71,8 @@ class MemoryDatabase:
             self.supervision: dict[uuid.UUID, TurnSupervision] = {}
             self.recordings: dict[uuid.UUID, StreamRecording] = {}
             self.checkpoints: dict[uuid.UUID, AgentCheckpoint] = {}
+            self.activities: dict[uuid.UUID, list[Any]] = {}  # conversation id -> its rows, in list order
+            self.metadata: dict[tuple[str, str, str], Any] = {}  # (tenant, namespace, key) -> MetadataEntry
 
     # -- conversation access (the rules of stores.base, on these dicts) ---------------------------
 
@@ -116,7 +118,7 @@ class MemoryDatabase:
         for key in [key for key, row in self.files.items() if row.conversation_id == pk]:
             del self.files[key]
             self.file_contents.pop(key, None)
-        for table in (self.events, self.supervision, self.recordings, self.checkpoints):
+        for table in (self.events, self.supervision, self.recordings, self.checkpoints, self.activities):
             table.pop(pk, None)
 
     def delete_message(self, pk: uuid.UUID) -> None:

@@ -10,6 +10,7 @@
 
 import { Emitter } from "./emitter.js";
 import type {
+  ActivityFrame,
   AnsweredFrame,
   ClientFrame,
   ConversationUpdatedFrame,
@@ -134,6 +135,8 @@ export interface ConversationEvents {
   error: ErrorFrame;
   /** The snapshot changed. */
   change: ConversationSnapshot;
+  /** An activity row (e.g. a search progress card), live and on attach: replace the row with its id. */
+  activity: ActivityFrame;
 }
 
 /** A refused action: `code` is the error frame's (e.g. `conversation_busy`), or `connection_lost`, `timeout`, `closed`. */
@@ -487,6 +490,9 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
         return;
       case "conversation_updated":
         this.emit("conversation_updated", frame);
+        return;
+      case "activity":
+        this.emit("activity", frame);
         return;
       case "error":
         return this.applyError(frame);

@@ -35,7 +35,8 @@ export type ServerFrame =
   | ResumedFrame
   | StopRequestedFrame
   | AnsweredFrame
-  | ErrorFrame;
+  | ErrorFrame
+  | ActivityFrame;
 /**
  * idle: no turn yet; alive: a producer heartbeats; dead: the producer stopped heartbeating (send resume); done; errored; interrupted: done, with pending interrupts and no final message yet.
  */
@@ -249,6 +250,39 @@ export interface ErrorFrame {
   details?: {
     [k: string]: unknown;
   };
+}
+/**
+ * An activity row (an AG-UI ACTIVITY_SNAPSHOT materialised: a search progress card, say), live when the agent saves it and on attach for the turn followed. Replace the row with this id (keep its position); a frame with a revision not above the one held is never sent. Activity rows are never part of the transcript the model reads.
+ */
+export interface ActivityFrame {
+  type: "activity";
+  id: Uuid;
+  /**
+   * An open string chosen by the agent, e.g. web_search.
+   */
+  activity_type: string;
+  /**
+   * The row's content, replaced whole by each frame.
+   */
+  content: {
+    [k: string]: unknown;
+  };
+  metadata: {
+    [k: string]: unknown;
+  };
+  /**
+   * The turn that produced it.
+   */
+  message_id: Uuid | null;
+  /**
+   * The run that produced it.
+   */
+  run_id: Uuid | null;
+  position: Count;
+  /**
+   * Rises with every write of the row.
+   */
+  revision: number;
 }
 
 /**

@@ -124,3 +124,21 @@ describe("closing", () => {
     expect(await connecting).toBeInstanceOf(Error);
   });
 });
+
+describe("activity frames", () => {
+  it("are emitted as they come, and change neither the text nor the snapshot", () => {
+    const client = offline();
+    const rows: ServerFrame[] = [];
+    client.on("activity", (frame) => rows.push(frame));
+    client.apply(status(M1));
+    client.apply(delta(1, 0, "Searching"));
+    const activity: ServerFrame = {
+      type: "activity", id: M2, activity_type: "web_search", content: { found: 3 }, metadata: {},
+      message_id: M1, run_id: null, position: 0, revision: 2,
+    };
+    client.apply(activity);
+    expect(rows).toEqual([activity]);
+    expect(client.text).toBe("Searching");
+    expect(client.state.index).toBe(1);
+  });
+});
