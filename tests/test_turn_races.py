@@ -19,7 +19,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from agent_persistence.models import Event, Message
+from agent_persistence.models import Event, Message, Run
+from agent_persistence.statuses import RunStatus
 from tests.realtime.servers import Server, server_env, start_servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
@@ -100,6 +101,9 @@ def test_turn_endpoints_work_under_atomic_requests(settings: Any, client: Any) -
         )
         assert started.status_code == 202, started.content
         interrupts = wait_for_interrupts(client, conversation_id)
+        # Answered before the producer parks, the live producer goes on itself (continued is None); wait
+        # for the park so the answer must start the continuation under ATOMIC_REQUESTS.
+        wait_for_parked_run(conversation_id)
         answered = client.post(
             f"/api/conversations/{conversation_id}/interrupts/",
             {"answers": [{"id": interrupts[0]["id"], "response": {"approved": True}}]},
@@ -131,6 +135,17 @@ def wait_until_idle(client: Any, conversation_id: uuid.UUID, timeout: float = 30
             return
         time.sleep(0.05)
     raise AssertionError("the turn did not end")
+
+
+def wait_for_parked_run(conversation_id: uuid.UUID, timeout: float = 20) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if Run.objects.filter(conversation_id=conversation_id, status=RunStatus.INTERRUPTED).exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the run was never parked")
 
 
 def wait_for_interrupts(client: Any, conversation_id: uuid.UUID, timeout: float = 20) -> list[dict[str, Any]]:
