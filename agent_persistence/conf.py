@@ -94,6 +94,8 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_REFRESH_MARGIN": 60.0,
     # Seconds an HTTP call to an authorization server may take.
     "OAUTH_HTTP_TIMEOUT": 10.0,
+    # Seconds a caller-supplied timestamp of an import (started_at, requested_at...) may lie ahead of the clock.
+    "IMPORT_CLOCK_SKEW": 300.0,
 }
 
 # Keys whose value is an import string, resolved on first access.

@@ -25,6 +25,10 @@ from .family import FamilyContract, frozen_clock, new_run, record_of
 from .runs import OWNER, READER, STRANGER
 
 
+#: A payload of the tool kinds (``tool_approval``, ``client_tool``): the tool call asked about.
+TOOL_CALL = {"tool_call_id": "call_1", "name": "delete_file", "arguments": {"path": "/tmp/x"}}
+
+
 class InterruptStoreContract(FamilyContract):
     """The behaviour every interrupt store must have, on every database it supports."""
 
@@ -59,9 +63,14 @@ class InterruptStoreContract(FamilyContract):
         return sum(len(self.family.interrupts.list(OWNER, conversation.pk)) for conversation in conversations)
 
     def ask(self, store: Any, conversation: Conversation, run: Run | None = None, **options: Any) -> Interrupt:
-        """A new pending interrupt of ``run`` (a fresh run of the conversation when None)."""
+        """A new pending interrupt of ``run`` (a fresh run of the conversation when None).
+
+        A tool approval by default, about a tool call unless ``payload`` says otherwise.
+        """
         run = run or self.make_run(conversation)
         options.setdefault("kind", "tool_approval")
+        if options["kind"] != "generic":
+            options["payload"] = {**TOOL_CALL, **options.get("payload", {})}
         return store.create(OWNER, conversation.pk, id=options.pop("id", uuid7()), run_id=run.pk, **options)
 
     # -- create -----------------------------------------------------------------------------
@@ -73,7 +82,7 @@ class InterruptStoreContract(FamilyContract):
         run = self.make_run(conversation)
         interrupt_id = uuid7()
         expires_at = timezone.now() + timedelta(hours=1)
-        payload = {"tool": "delete_file", "args": {"path": "/tmp/x"}, "when": "2024-01-01"}
+        payload = {**TOOL_CALL, "when": "2024-01-01"}
         interrupt = store.create(
             OWNER, conversation.pk, id=interrupt_id, run_id=run.pk, kind="tool_approval",
             payload=payload, expires_at=expires_at, epoch=4,
@@ -95,7 +104,7 @@ class InterruptStoreContract(FamilyContract):
         again = store.create(
             OWNER, conversation.pk, id=first.pk, run_id=self.make_run(conversation).pk, kind="generic", payload={"n": 2}
         )
-        assert (again.run_id, again.kind, again.payload) == (first.run_id, "tool_approval", {"n": 1})
+        assert (again.run_id, again.kind, again.payload) == (first.run_id, "tool_approval", {**TOOL_CALL, "n": 1})
         store.commit_batch(OWNER, conversation.pk, [{"id": first.pk, "response": True}])
         resolved = store.create(OWNER, conversation.pk, id=first.pk, run_id=first.run_id, kind="generic")
         assert resolved.status == "resolved"
@@ -152,7 +161,7 @@ class InterruptStoreContract(FamilyContract):
         with pytest.raises(StorageLimit):
             self.ask(store, conversation, payload={"text": "x" * 100})
         assert self.interrupt_count(conversation) == 0
-        interrupt = self.ask(store, conversation, payload={"text": "x" * 50})
+        interrupt = self.ask(store, conversation, kind="generic", payload={"text": "x" * 50})
         with pytest.raises(StorageLimit):
             store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": "y" * 100}])
         assert self.stored(interrupt.pk)["status"] == "pending"
