@@ -132,8 +132,8 @@ def entry_status(entry: Any, index: int) -> str:
     """Whether a batch entry resolves or cancels; Validation for an entry of neither shape."""
     if isinstance(entry, dict):
         status = entry.get("status", InterruptStatus.RESOLVED)
-        if status in ENTRY_KEYS and frozenset(entry) in ENTRY_KEYS[status]:
-            return str(status)
+        if isinstance(status, str) and status in ENTRY_KEYS and frozenset(entry) in ENTRY_KEYS[status]:
+            return status
     raise Validation(
         'Each entry is {"id", "response"} (or with "status": "resolved") to resolve, or {"id", "status": "cancelled"} '
         "to cancel.",
