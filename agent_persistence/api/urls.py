@@ -21,3 +21,7 @@ urlpatterns = [
     *oauth.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
 ]
+
+from .routes import runs  # noqa: E402 - the run lifecycle's routes
+
+urlpatterns += runs.urlpatterns

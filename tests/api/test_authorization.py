@@ -230,6 +230,12 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("mcp-callback", "GET"): Row(
         lambda w: "/api/mcp/oauth/callback/?state=unknown-state&code=x", {**everyone(400), "anon": 400}
     ),
+    # the run lifecycle: subagent runs, a run's interrupts, cancelling one interrupt
+    ("run-children", "GET"): Row(lambda w: f"/api/runs/{w.run_id}/children/", read()),
+    ("run-interrupts", "GET"): Row(lambda w: f"/api/runs/{w.run_id}/interrupts/", read(), world="waiting"),
+    ("interrupt-cancel", "POST"): Row(
+        lambda w: f"/api/interrupts/{w.interrupt_ids[0]}/cancel/", write(200), world="waiting"
+    ),
 }
 
 
