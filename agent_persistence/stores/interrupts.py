@@ -6,8 +6,8 @@ cancelled by :meth:`~InterruptStore.cancel`, :meth:`~InterruptStore.cancel_pendi
 or the lapse sweep :meth:`~InterruptStore.expire_lapsed`). A resume batch must
 settle every pending interrupt of the conversation exactly once, each entry
 resolving or cancelling one; it is validated whole before anything is written
-and committed in one transaction, so it lands entirely or not at all. Each write is a conditional UPDATE with
-``status="pending"`` in its filter and its row count checked: a batch that
+and committed in one transaction, so it lands entirely or not at all. Each
+write is a conditional UPDATE with ``status="pending"`` in its filter and its row count checked: a batch that
 loses a race is rolled back and judged again against what the winner wrote,
 so a repeated identical answer (a double click, a retry) returns the first
 outcome and a different one is Conflict("already_answered").
@@ -57,9 +57,6 @@ ENTRY_KEYS = {
     InterruptStatus.RESOLVED: (frozenset({"id", "response"}), frozenset({"id", "status", "response"})),
     InterruptStatus.CANCELLED: (frozenset({"id", "status"}),),
 }
-
-#: The keys a payload of each kind must have (more are kept as they are): the tool call asked about.
-TOOL_CALL_KEYS = ("tool_call_id", "name", "arguments")
 
 #: How often a batch that lost a race is judged again before giving up.
 COMMIT_ATTEMPTS = 3
