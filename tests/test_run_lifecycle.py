@@ -1,7 +1,9 @@
 """The run lifecycle at the agent API: subagent child runs, usage kept on every ending, cancelled questions.
 
-Real producers on a real event loop against the configured database, with the
-agents below (registered by import path, as a host registers its own).
+Real producers on a real event loop, with the agents below (registered by
+import path, as a host registers its own), on each store family: the ORM one
+on the configured database and the in-memory one. Every assertion reads
+through the stores.
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import override_settings
 
-from agent_persistence.models import Interrupt, Message, Run
+from agent_persistence.models import Message
 from agent_persistence.runtime.agents import Agent
 from agent_persistence.runtime.producer import Outcome
 from agent_persistence.runtime.turn import InterruptCancelled, Turn
 from agent_persistence.runtime.turns import cancel_turn, continue_turn, start_turn
-from agent_persistence.stores import interrupt_store, run_store
-
-pytestmark = pytest.mark.django_db(transaction=True)
+from agent_persistence.scope import Scope
+from agent_persistence.stores import conversation_store, interrupt_store, run_store
+from agent_persistence.stores.memory import MEMORY_STORES, reset_memory_stores
 
 FAST = {
     "HEARTBEAT_INTERVAL": 0.1,
@@ -109,10 +111,18 @@ class QuestionsAgent(Agent):
         turn.stream(f"city={answers['city']} date={answers['date']}")
 
 
-@pytest.fixture(autouse=True)
-def fast_timings() -> Any:
-    with override_settings(AGENT_PERSISTENCE=FAST):
-        yield
+@pytest.fixture(autouse=True, params=[pytest.param("orm", marks=pytest.mark.django_db(transaction=True)), "memory"])
+def family(request: pytest.FixtureRequest) -> Any:
+    """Each test on the ORM family (committed transactions) and on the in-memory family (no database access)."""
+    if request.param == "orm":
+        with override_settings(AGENT_PERSISTENCE=FAST):
+            yield request.param
+        return
+    reset_memory_stores()
+    with override_settings(AGENT_PERSISTENCE={**FAST, **MEMORY_STORES}):
+        reset_memory_stores()
+        yield request.param
+    reset_memory_stores()
 
 
 def run(coro: Any) -> Any:
@@ -125,8 +135,13 @@ def run(coro: Any) -> Any:
     return asyncio.run(main())
 
 
-def answer_of(conversation_id: uuid.UUID) -> Message:
-    return Message.objects.get(conversation_id=conversation_id, role="assistant")
+def answer_of(scope: Scope, conversation_id: uuid.UUID) -> Message:
+    (answer,) = [m for m in conversation_store().list_messages(scope, conversation_id).items if m.role == "assistant"]
+    return answer
+
+
+def top_level_runs(scope: Scope, conversation_id: uuid.UUID) -> dict[uuid.UUID, str]:
+    return {run.pk: run.status for run in run_store().list(scope, conversation_id).items if run.parent_id is None}
 
 
 def test_a_subagent_is_a_child_run_streaming_into_the_turns_answer(alice: Any) -> None:
@@ -142,7 +157,7 @@ def test_a_subagent_is_a_child_run_streaming_into_the_turns_answer(alice: Any) -
     assert (child.name, child.parent_id, child.message_id) == ("researcher", handle.run_id, handle.message_id)
     assert child.status == "completed" and child.usage == {"input_tokens": 30}
     assert run_store().get(alice, handle.run_id).usage == {"input_tokens": 10}
-    answer = answer_of(conversation_id)
+    answer = answer_of(alice, conversation_id)
     assert answer.content == "Let me check. [notes on lyon] Done."
     assert [call["id"] for call in answer.tool_calls] == ["call-s1"]
     # The turn's newest run is still the parent: a reload's active-run and run listing see both.
@@ -164,12 +179,12 @@ def test_a_subagents_question_parks_the_child_and_the_same_child_continues(alice
         return first, second, child
 
     first, second, child = run(scenario())
-    again = Run.objects.get(pk=child.pk)  # the same child run went on: interrupted -> running -> completed
+    again = run_store().get(alice, child.pk)  # the same child run went on: interrupted -> running -> completed
     assert again.status == "completed" and again.usage == {"input_tokens": 10}
-    assert Run.objects.filter(conversation_id=conversation_id, parent__isnull=False).count() == 1
-    parents = dict(Run.objects.filter(conversation_id=conversation_id, parent__isnull=True).values_list("pk", "status"))
-    assert parents == {first.run_id: "completed", second.run_id: "completed"}
-    assert answer_of(conversation_id).content.endswith("Done.")
+    assert len(run_store().list(alice, conversation_id).items) == 3  # two parent runs, one child
+    assert run_store().children(alice, second.run_id) == []  # the child stays its first parent's
+    assert top_level_runs(alice, conversation_id) == {first.run_id: "completed", second.run_id: "completed"}
+    assert answer_of(alice, conversation_id).content.endswith("Done.")
 
 
 def test_a_failing_subagent_fails_its_run_and_keeps_every_runs_usage(alice: Any) -> None:
@@ -181,8 +196,8 @@ def test_a_failing_subagent_fails_its_run_and_keeps_every_runs_usage(alice: Any)
         return handle
 
     handle = run(scenario())
-    parent = Run.objects.get(pk=handle.run_id)
-    (child,) = Run.objects.filter(parent_id=handle.run_id)
+    parent = run_store().get(alice, handle.run_id)
+    (child,) = run_store().children(alice, handle.run_id)
     assert (parent.status, parent.usage) == ("failed", {"input_tokens": 3})
     assert (child.status, child.usage, child.error["code"]) == ("failed", {"input_tokens": 8}, "agent_error")
     assert "the provider is down" in child.error["message"]
@@ -193,15 +208,15 @@ def test_a_stopped_turn_keeps_the_usage_of_its_aborted_runs(alice: Any) -> None:
 
     async def scenario() -> Any:
         handle = await start_turn(alice, conversation_id, content="go", agent="spender")
-        while not await sync_to_async(Run.objects.filter(parent_id=handle.run_id, usage__has_key="input_tokens").exists)():
+        while not [kid for kid in await sync_to_async(run_store().children)(alice, handle.run_id) if kid.usage]:
             await asyncio.sleep(0.01)
         await cancel_turn(alice, conversation_id)
         assert await handle.task is Outcome.CANCELLED
         return handle
 
     handle = run(scenario())
-    parent = Run.objects.get(pk=handle.run_id)
-    (child,) = Run.objects.filter(parent_id=handle.run_id)
+    parent = run_store().get(alice, handle.run_id)
+    (child,) = run_store().children(alice, handle.run_id)
     assert (parent.status, parent.usage) == ("aborted", {"input_tokens": 40, "output_tokens": 2})
     assert (child.status, child.usage) == ("aborted", {"input_tokens": 4})
     assert parent.finished_at is not None and child.finished_at is not None
@@ -220,7 +235,5 @@ def test_a_mixed_batch_continues_the_turn_and_the_agent_sees_the_cancelled_quest
         assert await second.task is Outcome.COMPLETED
 
     run(scenario())
-    assert answer_of(conversation_id).content == "city=Lyon date=(skipped)"
-    assert set(Interrupt.objects.filter(conversation_id=conversation_id).values_list("status", flat=True)) == {
-        "resolved", "cancelled"
-    }
+    assert answer_of(alice, conversation_id).content == "city=Lyon date=(skipped)"
+    assert {i.status for i in interrupt_store().list(alice, conversation_id)} == {"resolved", "cancelled"}
