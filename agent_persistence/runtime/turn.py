@@ -28,6 +28,10 @@ class TurnSuspended(Exception):
         super().__init__(f"Waiting for the answer to interrupt {interrupt_id}.")
 
 
+#: What the framework bridges hand their framework for a cancelled question: no approval, no result.
+CANCELLED_ANSWER = {"cancelled": True}
+
+
 class InterruptCancelled(Exception):
     """Raised by ``turn.interrupt`` when the question was cancelled (a resume batch's cancelled entry)."""
 
@@ -199,7 +203,7 @@ class Turn:
             try:
                 answer = await self._ask(question, run_id=run_id, kind=InterruptKind.TOOL_APPROVAL, payload=payload)
             except InterruptCancelled:
-                answer = {"cancelled": True}
+                answer = dict(CANCELLED_ANSWER)
             if not (isinstance(answer, dict) and answer.get("approved") is True):
                 result: Any = {"denied": True, "reason": answer.get("reason") if isinstance(answer, dict) else None}
                 if isinstance(answer, dict) and answer.get("cancelled") is True:
