@@ -94,7 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_REFRESH_MARGIN": 60.0,
     # Seconds an HTTP call to an authorization server may take.
     "OAUTH_HTTP_TIMEOUT": 10.0,
-    # Seconds a caller-supplied time of an imported row (a message's created_at ...) may lie ahead of this
+    # Seconds a caller-supplied time of an imported row (a message's created_at, a run's started_at ...) may lie ahead of this
     # server's clock (agent_persistence.stores.times).
     "IMPORT_CLOCK_SKEW": 300.0,
 }

@@ -23,3 +23,7 @@ urlpatterns = [
     path("schema/", SchemaView.as_view(), name="schema"),
     *activities.urlpatterns,
 ]
+
+from .routes import runs  # noqa: E402 - the run lifecycle's routes
+
+urlpatterns += runs.urlpatterns

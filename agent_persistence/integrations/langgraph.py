@@ -44,7 +44,7 @@ from langgraph.types import Command
 
 from ..models import InterruptKind
 from ..runtime.agents import Agent
-from ..runtime.turn import TurnSuspended
+from ..runtime.turn import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
 from .base import DurableText, bridge_state
 from .langgraph_store import DjangoCheckpointSaver
 
@@ -179,6 +179,8 @@ class LangGraphAgent(Agent):
                 answers[pending.id] = await turn.interrupt(
                     self.interrupt_key(pending.id), kind=self.interrupt_kind, payload={"value": _jsonable(pending.value)}
                 )
+            except InterruptCancelled:
+                answers[pending.id] = dict(CANCELLED_ANSWER)
             except TurnSuspended as exc:
                 suspended = suspended or exc
         if suspended is not None:

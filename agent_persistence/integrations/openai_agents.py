@@ -49,7 +49,7 @@ from pydantic_core import to_jsonable_python
 from ..exceptions import NotFound
 from ..models import InterruptKind
 from ..runtime.agents import Agent
-from ..runtime.turn import TurnSuspended
+from ..runtime.turn import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
 from .base import DurableText, ModelCallLog, add_usage, bridge_state
 
 if TYPE_CHECKING:
@@ -341,6 +341,8 @@ class OpenAIAgentsAgent(Agent):
                     f"tool:{call_id}", kind=InterruptKind.TOOL_APPROVAL,
                     payload={"tool_call_id": call_id, "name": name, "arguments": arguments},
                 )
+            except InterruptCancelled:
+                answer = dict(CANCELLED_ANSWER)
             except TurnSuspended as exc:
                 suspended = suspended or exc
                 continue

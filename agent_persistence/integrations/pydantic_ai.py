@@ -60,7 +60,7 @@ from pydantic_core import to_jsonable_python
 
 from ..models import InterruptKind
 from ..runtime.agents import Agent
-from ..runtime.turn import TurnSuspended
+from ..runtime.turn import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
 from .base import DurableText, ModelCallLog, add_usage, bridge_state
 
 if TYPE_CHECKING:
@@ -186,6 +186,8 @@ class PydanticAIAgent(Agent):
             payload = {"tool_call_id": call.tool_call_id, "name": call.tool_name, "arguments": arguments}
             try:
                 answer = await turn.interrupt(f"tool:{call.tool_call_id}", kind=kind, payload=payload)
+            except InterruptCancelled:
+                answer = dict(CANCELLED_ANSWER)
             except TurnSuspended as exc:
                 suspended = suspended or exc
                 continue

@@ -34,6 +34,12 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["conversation", "status", "-started_at"], name="ap_run_conv_status"),
             models.Index(fields=["conversation", "message_id"], name="ap_run_conv_turn"),
+            # RunStore.list_reclaimable: running runs nobody follows, by how long.
+            models.Index(
+                fields=["detached_since"],
+                name="ap_run_reclaimable",
+                condition=Q(status="running", detached_since__isnull=False),
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="ap_run_status_valid"),

@@ -169,13 +169,15 @@ class Producer:
         conversation_id = checkpoint.pop("conversation_id")
         await self.persist("checkpoint", lambda: checkpoint_store().asave(conversation_id, **checkpoint))
 
-    async def raise_interrupt(self, interrupt_id: uuid.UUID, *, kind: str, payload: dict[str, Any], expires_in: float | None) -> None:
+    async def raise_interrupt(self, interrupt_id: uuid.UUID, *, run_id: uuid.UUID, kind: str, payload: dict[str, Any],
+                              expires_in: float | None) -> Any:
+        """Store the question (insert-if-absent) for ``run_id`` (this run, or a subagent's child run); the stored row."""
         expires_at = timezone.now() + timedelta(seconds=expires_in) if expires_in else None
-        await self.persist("interrupt", lambda: interrupt_store().acreate(
+        return await self.persist("interrupt", lambda: interrupt_store().acreate(
             self.plan.scope,
             self.conversation_id,
             id=interrupt_id,
-            run_id=self.plan.run_id,
+            run_id=run_id,
             kind=kind,
             payload=payload,
             expires_at=expires_at,

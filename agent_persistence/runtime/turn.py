@@ -5,14 +5,16 @@ from __future__ import annotations
 import copy
 import inspect
 import uuid
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..scope import Scope
-from ..statuses import InterruptKind
+from ..statuses import InterruptKind, InterruptStatus
 
 if TYPE_CHECKING:
     from ..models import Message
     from .producer import Producer
+    from .subagents import Subagent
 
 # Deterministic interrupt ids: the same question in a re-driven run has the same id.
 INTERRUPT_NAMESPACE = uuid.UUID("6f0b4a52-36b4-4d55-9c3a-3f1e4b0f7a10")
@@ -26,6 +28,18 @@ class TurnSuspended(Exception):
     def __init__(self, interrupt_id: uuid.UUID) -> None:
         self.interrupt_id = interrupt_id
         super().__init__(f"Waiting for the answer to interrupt {interrupt_id}.")
+
+
+#: What the framework bridges hand their framework for a cancelled question: no approval, no result.
+CANCELLED_ANSWER = {"cancelled": True}
+
+
+class InterruptCancelled(Exception):
+    """Raised by ``turn.interrupt`` when the question was cancelled (a resume batch's cancelled entry)."""
+
+    def __init__(self, interrupt_id: uuid.UUID) -> None:
+        self.interrupt_id = interrupt_id
+        super().__init__(f"Interrupt {interrupt_id} was cancelled.")
 
 
 class Turn:
@@ -93,13 +107,31 @@ class Turn:
         return self._producer.epoch
 
     async def add_usage(self, usage: dict[str, int | float]) -> None:
-        """Add a model call's counters (``{"input_tokens": 12, ...}``) to the run's usage, fenced by its epoch."""
+        """Add a model call's counters (``{"input_tokens": 12, ...}``) to the run's usage, fenced by its epoch.
+
+        What was added stays on the run however it ends (completed, failed or aborted).
+        """
+        await self._add_run_usage(self.run_id, usage)
+
+    async def _add_run_usage(self, run_id: uuid.UUID, usage: dict[str, int | float]) -> None:
         from ..stores import run_store
 
         producer = self._producer
-        await producer.persist(
-            "usage", lambda: run_store().aadd_usage(self.scope, self.run_id, usage, epoch=producer.epoch)
-        )
+        await producer.persist("usage", lambda: run_store().aadd_usage(self.scope, run_id, usage, epoch=producer.epoch))
+
+    def subagent(self, name: str, *, key: str | None = None) -> AbstractAsyncContextManager["Subagent"]:
+        """A child run of this run for a subagent, as ``async with turn.subagent("researcher") as sub:``.
+
+        The child run has ``parent`` = this run and ``name``; what it streams
+        goes into this turn's answer and its questions are this turn's
+        interrupts. ``key`` (default ``name``) tells two subagents of one name
+        apart within the turn. See :mod:`agent_persistence.runtime.subagents`.
+        """
+        from .subagents import subagent_run
+
+        if not isinstance(name, str) or not name:
+            raise TypeError("turn.subagent() takes a name.")
+        return subagent_run(self, name, name if key is None else key)
 
     async def save_checkpoint(self) -> None:
         """Save the turn's checkpoint now (the runtime also saves it periodically and after every tool call)."""
@@ -149,18 +181,35 @@ class Turn:
         A call completed before a crash returns its recorded result and does not
         run again. With ``approval``, a person must approve it first (a
         ``tool_approval`` interrupt); a denial returns ``{"denied": True, ...}``
-        without running the tool.
+        without running the tool, and so does a cancelled approval
+        (``{"denied": True, "cancelled": True, ...}``).
         """
+        return await self._call_tool(call_id, name, arguments, func, approval=approval, run_id=self.run_id,
+                                     question=f"tool:{call_id}")
+
+    async def _call_tool(
+        self,
+        call_id: str,
+        name: str,
+        arguments: dict[str, Any],
+        func: Callable[..., Any] | Callable[..., Awaitable[Any]],
+        *,
+        approval: bool,
+        run_id: uuid.UUID,
+        question: str,
+    ) -> Any:
         if call_id in self._tool_results:
             return self._tool_results[call_id]
         if approval:
-            answer = await self.interrupt(
-                f"tool:{call_id}",
-                kind=InterruptKind.TOOL_APPROVAL,
-                payload={"tool_call_id": call_id, "name": name, "arguments": arguments},
-            )
+            payload = {"tool_call_id": call_id, "name": name, "arguments": arguments}
+            try:
+                answer = await self._ask(question, run_id=run_id, kind=InterruptKind.TOOL_APPROVAL, payload=payload)
+            except InterruptCancelled:
+                answer = dict(CANCELLED_ANSWER)
             if not (isinstance(answer, dict) and answer.get("approved") is True):
                 result: Any = {"denied": True, "reason": answer.get("reason") if isinstance(answer, dict) else None}
+                if isinstance(answer, dict) and answer.get("cancelled") is True:
+                    result["cancelled"] = True
                 await self._record_tool(call_id, name, arguments, result)
                 return result
         result = func(**arguments)
@@ -189,12 +238,31 @@ class Turn:
         ``key`` names the question within the turn; a re-driven run that asks
         the same question gets the recorded answer back at once. Otherwise the
         run ends as interrupted and a later run of the turn continues here once
-        the conversation's pending interrupts are answered.
+        the conversation's pending interrupts are settled. A question the
+        settling batch cancelled raises :class:`InterruptCancelled` here.
         """
+        return await self._ask(key, run_id=self.run_id, kind=kind, payload=payload, expires_in=expires_in)
+
+    async def _ask(
+        self,
+        key: str,
+        *,
+        run_id: uuid.UUID,
+        kind: str,
+        payload: dict[str, Any] | None,
+        expires_in: float | None = None,
+    ) -> Any:
         interrupt_id = uuid.uuid5(INTERRUPT_NAMESPACE, f"{self.message_id}:{key}")
         if str(interrupt_id) in self._answers:
             return self._answers[str(interrupt_id)]
-        await self._producer.raise_interrupt(interrupt_id, kind=kind, payload=payload or {}, expires_in=expires_in)
+        # Insert-if-absent: a question asked before comes back as it is stored now.
+        stored = await self._producer.raise_interrupt(
+            interrupt_id, run_id=run_id, kind=kind, payload=payload or {}, expires_in=expires_in
+        )
+        if stored.status == InterruptStatus.RESOLVED:
+            return stored.response
+        if stored.status == InterruptStatus.CANCELLED:
+            raise InterruptCancelled(interrupt_id)
         raise TurnSuspended(interrupt_id)
 
     async def activity(

@@ -1,13 +1,13 @@
 """The interrupt store: questions a run asks a person (or the client), answered in one batch.
 
 An interrupt is created insert-if-absent and born pending; only a commit moves
-it (resolved by :meth:`InterruptStore.commit_batch`, cancelled by
-:meth:`~InterruptStore.cancel_pending` or by the lapse sweep
-:meth:`~InterruptStore.expire_lapsed`). A resume batch must answer every
-pending interrupt of the conversation exactly once; it is validated whole
-before anything is written and committed in one transaction, so it lands
-entirely or not at all. Each write is a conditional UPDATE with
-``status="pending"`` in its filter and its row count checked: a batch that
+it (resolved or cancelled by the entries of :meth:`InterruptStore.commit_batch`,
+cancelled by :meth:`~InterruptStore.cancel`, :meth:`~InterruptStore.cancel_pending`
+or the lapse sweep :meth:`~InterruptStore.expire_lapsed`). A resume batch must
+settle every pending interrupt of the conversation exactly once, each entry
+resolving or cancelling one; it is validated whole before anything is written
+and committed in one transaction, so it lands entirely or not at all. Each
+write is a conditional UPDATE with ``status="pending"`` in its filter and its row count checked: a batch that
 loses a race is rolled back and judged again against what the winner wrote,
 so a repeated identical answer (a double click, a retry) returns the first
 outcome and a different one is Conflict("already_answered").
@@ -46,12 +46,17 @@ from .base import (
     writable_conversation,
 )
 from .fencing import guard, producer_conversation
-from .runs import clean_run_id, run_finished, run_not_found
+from .runs import clean_run_id, readable_run, run_finished, run_not_found
+from .times import check_not_before, clean_caller_time
 
 #: The response the lapse sweep records on the interrupts it cancels.
 EXPIRED_RESPONSE = {"expired": True}
 
-ANSWER_KEYS = frozenset({"id", "response"})
+#: The keys an entry of a batch may have: a resolving entry has a response, a cancelling one none.
+ENTRY_KEYS = {
+    InterruptStatus.RESOLVED: (frozenset({"id", "response"}), frozenset({"id", "status", "response"})),
+    InterruptStatus.CANCELLED: (frozenset({"id", "status"}),),
+}
 
 #: How often a batch that lost a race is judged again before giving up.
 COMMIT_ATTEMPTS = 3
@@ -74,10 +79,11 @@ class LostRace(Exception):
 
 @dataclass(frozen=True)
 class Answer:
-    """One cleaned entry of a resume batch."""
+    """One cleaned entry of a resume batch: resolve with ``response``, or cancel (``response`` None)."""
 
     id: uuid.UUID
     response: Any
+    status: str = InterruptStatus.RESOLVED
 
 
 def clean_interrupt_id(value: Any) -> uuid.UUID:
@@ -94,10 +100,43 @@ def clean_kind(value: Any) -> str:
     return str(value)
 
 
+def clean_payload(kind: str, payload: Any) -> dict[str, Any]:
+    """The payload of an interrupt of ``kind``, checked against what that kind documents.
+
+    ``tool_approval`` and ``client_tool`` name the tool call: ``tool_call_id``
+    and ``name`` (non-empty text up to 255) and ``arguments`` (an object);
+    ``generic`` takes any object. Other keys are kept as they are.
+    """
+    cleaned = clean_object(payload, "payload", max_bytes=app_settings.MAX_MESSAGE_BYTES)
+    if kind == InterruptKind.GENERIC:
+        return cleaned
+    for key in ("tool_call_id", "name"):
+        value = cleaned.get(key)
+        if not isinstance(value, str) or not 1 <= len(value) <= 255:
+            raise Validation(f"A {kind} payload needs {key}: text of 1 to 255 characters.", field="payload", key=key)
+    if not isinstance(cleaned.get("arguments"), dict):
+        raise Validation(f"A {kind} payload needs arguments: an object.", field="payload", key="arguments")
+    return cleaned
+
+
 def clean_status(value: Any) -> str | None:
     if value is not None and value not in InterruptStatus.values:
         raise Validation(f"status must be one of {', '.join(InterruptStatus.values)}.", field="status")
     return value
+
+
+def entry_status(entry: Any, index: int) -> str:
+    """Whether a batch entry resolves or cancels; Validation for an entry of neither shape."""
+    if isinstance(entry, dict):
+        status = entry.get("status", InterruptStatus.RESOLVED)
+        if isinstance(status, str) and status in ENTRY_KEYS and frozenset(entry) in ENTRY_KEYS[status]:
+            return status
+    raise Validation(
+        'Each entry is {"id", "response"} (or with "status": "resolved") to resolve, or {"id", "status": "cancelled"} '
+        "to cancel.",
+        field="answers",
+        index=index,
+    )
 
 
 def clean_answers(answers: Any) -> list[Answer]:
@@ -107,8 +146,7 @@ def clean_answers(answers: Any) -> list[Answer]:
     cleaned: list[Answer] = []
     seen: set[uuid.UUID] = set()
     for index, answer in enumerate(answers):
-        if not isinstance(answer, dict) or set(answer) != ANSWER_KEYS:
-            raise Validation('Each answer is an object with exactly "id" and "response".', field="answers", index=index)
+        status = entry_status(answer, index)
         interrupt_id = clean_interrupt_id(answer["id"])
         if interrupt_id in seen:
             raise Validation(
@@ -118,8 +156,10 @@ def clean_answers(answers: Any) -> list[Answer]:
                 id=str(interrupt_id),
             )
         seen.add(interrupt_id)
-        response = clean_json(answer["response"], "response", max_bytes=app_settings.MAX_MESSAGE_BYTES)
-        cleaned.append(Answer(id=interrupt_id, response=response))
+        response = None
+        if status == InterruptStatus.RESOLVED:
+            response = clean_json(answer["response"], "response", max_bytes=app_settings.MAX_MESSAGE_BYTES)
+        cleaned.append(Answer(id=interrupt_id, response=response, status=status))
     return cleaned
 
 
@@ -149,11 +189,20 @@ def is_lapsed(interrupt: Interrupt, now: datetime) -> bool:
 # -- judging a batch --------------------------------------------------------------------------
 
 
+def already_answered(interrupt: Interrupt) -> Conflict:
+    return Conflict("The interrupt was already answered differently.", code="already_answered", id=str(interrupt.pk))
+
+
+def expired(interrupt: Interrupt) -> Gone:
+    return Gone("The interrupt has expired.", code="interrupt_expired", id=str(interrupt.pk))
+
+
 def answers_to_write(batch: list[Answer], stored: dict[uuid.UUID, Interrupt], now: datetime) -> list[Answer]:
-    """The answers that resolve a pending interrupt; repeats of the stored answer are dropped.
+    """The entries that move a pending interrupt; repeats of the stored outcome are dropped.
 
     Raises the batch's refusal: NotFound for an interrupt not of this
-    conversation, Gone for a lapsed one, Conflict for one answered otherwise.
+    conversation, Gone for a lapsed one, Conflict for one settled otherwise
+    (resolved with another response, or cancelled where this entry resolves).
     """
     fresh: list[Answer] = []
     for answer in batch:
@@ -162,18 +211,32 @@ def answers_to_write(batch: list[Answer], stored: dict[uuid.UUID, Interrupt], no
             raise interrupt_not_found(answer.id)
         if interrupt.status == InterruptStatus.PENDING:
             if is_lapsed(interrupt, now):
-                raise Gone("The interrupt has expired.", code="interrupt_expired", id=str(interrupt.pk))
+                raise expired(interrupt)
             fresh.append(answer)
         elif interrupt.status == InterruptStatus.RESOLVED:
-            if not same_json(interrupt.response, answer.response):
-                raise Conflict(
-                    "The interrupt was already answered differently.", code="already_answered", id=str(interrupt.pk)
-                )
+            if answer.status != InterruptStatus.RESOLVED or not same_json(interrupt.response, answer.response):
+                raise already_answered(interrupt)
         elif same_json(interrupt.response, EXPIRED_RESPONSE):
-            raise Gone("The interrupt has expired.", code="interrupt_expired", id=str(interrupt.pk))
-        else:
+            raise expired(interrupt)
+        elif answer.status != InterruptStatus.CANCELLED:
             raise Conflict("The interrupt was cancelled.", code="interrupt_cancelled", id=str(interrupt.pk))
     return fresh
+
+
+def check_resolved_at(resolved_at: datetime, interrupts: Any) -> None:
+    """Validation when a caller's ``resolved_at`` is before the request of an interrupt it settles."""
+    for interrupt in interrupts:
+        check_not_before(resolved_at, interrupt.requested_at, field="resolved_at", after="requested_at")
+
+
+def settled_values(answer: Answer, resolved_at: datetime, resolved_by: str) -> dict[str, Any]:
+    """The columns an entry writes on its pending interrupt."""
+    return {
+        "status": answer.status,
+        "response": answer.response,
+        "resolved_at": resolved_at,
+        "resolved_by": resolved_by,
+    }
 
 
 def check_all_answered(conversation: Conversation, batch: list[Answer]) -> None:
@@ -206,18 +269,22 @@ class InterruptStore:
         kind: str,
         payload: dict[str, Any] | None = None,
         expires_at: datetime | None = None,
+        requested_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Interrupt:
         """The interrupt ``id``, inserted as pending if it does not exist yet (else returned unchanged).
 
         The run must be an open run of the conversation. An id already used in
-        another conversation is Conflict("interrupt_id_taken").
+        another conversation is Conflict("interrupt_id_taken"). The payload
+        must be what ``kind`` documents (:func:`clean_payload`);
+        ``requested_at`` (an import's) defaults to now.
         """
         interrupt_id = parse_id(id, "id")
         run_pk = clean_run_id(run_id)
         kind = clean_kind(kind)
-        payload = clean_object(payload, "payload", max_bytes=app_settings.MAX_MESSAGE_BYTES)
+        payload = clean_payload(kind, payload)
         expires_at = clean_datetime(expires_at, "expires_at")
+        requested_at = clean_caller_time(requested_at, field="requested_at")
         epoch = clean_epoch(epoch)
         with transaction.atomic():
             # The conversation's lock also orders creates against commits of the same conversation.
@@ -239,6 +306,7 @@ class InterruptStore:
                         kind=kind,
                         payload=payload,
                         expires_at=expires_at,
+                        requested_at=requested_at or timezone.now(),
                         epoch=epoch or 0,
                     )
             except IntegrityError:
@@ -266,21 +334,32 @@ class InterruptStore:
         return interrupt
 
     def list(
-        self, scope: Scope, conversation_id: Any, *, status: str | None = None, run_id: Any = None
+        self, scope: Scope, conversation_id: Any = None, *, status: str | None = None, run_id: Any = None
     ) -> list[Interrupt]:
-        """The conversation's interrupts, oldest first, optionally of one status and one run."""
+        """The interrupts of a conversation, of a run, or of that run in that conversation, oldest first.
+
+        At least one of ``conversation_id`` and ``run_id`` is needed; a run
+        named alone is looked up (NotFound when the scope may not read it).
+        ``status`` keeps one status.
+        """
         status = clean_status(status)
-        run_pk = parse_id(run_id, "run_id") if run_id is not None else None
-        conversation = readable_conversation(scope, conversation_id)
-        interrupts = Interrupt.objects.filter(conversation=conversation).order_by("requested_at", "id")
+        if conversation_id is None and run_id is None:
+            raise Validation("Name a conversation or a run.", field="conversation_id")
+        interrupts = Interrupt.objects.order_by("requested_at", "id")
+        if conversation_id is not None:
+            run_pk = parse_id(run_id, "run_id") if run_id is not None else None
+            interrupts = interrupts.filter(conversation=readable_conversation(scope, conversation_id))
+            if run_pk is not None:
+                interrupts = interrupts.filter(run_id=run_pk)
+        else:
+            interrupts = interrupts.filter(run=readable_run(scope, run_id))
         if status is not None:
             interrupts = interrupts.filter(status=status)
-        if run_pk is not None:
-            interrupts = interrupts.filter(run_id=run_pk)
         return list(interrupts)
 
-    def pending(self, scope: Scope, conversation_id: Any) -> list[Interrupt]:
-        return self.list(scope, conversation_id, status=InterruptStatus.PENDING)
+    def pending(self, scope: Scope, conversation_id: Any = None, *, run_id: Any = None) -> list[Interrupt]:
+        """The pending interrupts of a conversation or of a run, oldest first (see :meth:`list`)."""
+        return self.list(scope, conversation_id, status=InterruptStatus.PENDING, run_id=run_id)
 
     def has_pending(self, conversation_id: Any) -> bool:
         """Whether the conversation waits on an answer: the runtime's cheap check before new input."""
@@ -298,26 +377,36 @@ class InterruptStore:
         *,
         resolved_by: str | None = None,
         now: datetime | None = None,
+        resolved_at: datetime | None = None,
     ) -> list[Interrupt]:
-        """Resolve every pending interrupt of the conversation with ``answers``, all or nothing.
+        """Settle every pending interrupt of the conversation with ``answers``, all or nothing.
 
-        ``answers`` is ``[{"id": interrupt id, "response": JSON}, ...]``; the
-        outcome comes back in the batch's order. ``resolved_by`` defaults to
-        the acting user, ``now`` (which decides what has lapsed) to the clock.
+        Each entry resolves (``{"id", "response"}``, optionally with
+        ``"status": "resolved"``) or cancels (``{"id", "status": "cancelled"}``)
+        one interrupt; the outcome comes back in the batch's order.
+        ``resolved_by`` defaults to the acting user, ``now`` (which decides
+        what has lapsed) to the clock, ``resolved_at`` (an import's) to ``now``.
         """
         check_scope(scope)
         batch = clean_answers(answers)
         resolved_by = clean_text(resolved_by, "resolved_by", max_length=255, null=True) or scope.user
         now = clean_datetime(now, "now") or timezone.now()
+        resolved_at = clean_caller_time(resolved_at, field="resolved_at")
         for _ in range(COMMIT_ATTEMPTS):
             try:
-                return self._commit(scope, conversation_id, batch, resolved_by, now)
+                return self._commit(scope, conversation_id, batch, resolved_by, now, resolved_at)
             except LostRace:
                 continue  # rolled back whole; judge the batch again against the winner's answers
         raise Conflict("The interrupts kept changing; retry.", code="interrupts_contended")
 
     def _commit(
-        self, scope: Scope, conversation_id: Any, batch: list[Answer], resolved_by: str, now: datetime
+        self,
+        scope: Scope,
+        conversation_id: Any,
+        batch: list[Answer],
+        resolved_by: str,
+        now: datetime,
+        resolved_at: datetime | None,
     ) -> list[Interrupt]:
         ids = [answer.id for answer in batch]
         with transaction.atomic():
@@ -328,18 +417,57 @@ class InterruptStore:
             }
             fresh = answers_to_write(batch, stored, now)
             check_all_answered(conversation, batch)
+            if resolved_at is not None:
+                check_resolved_at(resolved_at, [stored[answer.id] for answer in fresh])
             for answer in fresh:
                 written = Interrupt.objects.filter(
                     pk=answer.id, conversation=conversation, status=InterruptStatus.PENDING
-                ).update(
-                    status=InterruptStatus.RESOLVED, response=answer.response, resolved_at=now, resolved_by=resolved_by
-                )
+                ).update(**settled_values(answer, resolved_at or now, resolved_by))
                 if written != 1:
                     raise LostRace()
             outcome = Interrupt.objects.in_bulk(ids)
         return [outcome[pk] for pk in ids]
 
     # -- cancelling -------------------------------------------------------------------------
+
+    def cancel(
+        self,
+        scope: Scope,
+        interrupt_id: Any,
+        *,
+        resolved_by: str | None = None,
+        resolved_at: datetime | None = None,
+        epoch: int | None = None,
+    ) -> Interrupt:
+        """Cancel one pending interrupt; one already cancelled is returned unchanged.
+
+        A resolved interrupt is Conflict("already_answered"). This settles one
+        question only: the turn that asked goes on when a batch settles the
+        rest (:meth:`commit_batch`). ``resolved_at`` (an import's) defaults to now.
+        """
+        check_scope(scope)
+        pk = clean_interrupt_id(interrupt_id)
+        resolved_by = clean_text(resolved_by, "resolved_by", max_length=255, null=True) or scope.user
+        resolved_at = clean_caller_time(resolved_at, field="resolved_at")
+        epoch = clean_epoch(epoch)
+        interrupt = self.get(scope, pk)
+        with transaction.atomic():
+            conversation = producer_conversation(scope, interrupt.conversation_id, epoch)
+            interrupt = Interrupt.objects.select_for_update().filter(pk=pk, conversation=conversation).first()
+            if interrupt is None:  # deleted with its conversation meanwhile
+                raise interrupt_not_found()
+            if interrupt.status == InterruptStatus.PENDING:
+                if resolved_at is not None:
+                    check_resolved_at(resolved_at, [interrupt])
+                cancelled = Answer(id=pk, response=None, status=InterruptStatus.CANCELLED)
+                Interrupt.objects.filter(pk=pk, status=InterruptStatus.PENDING).update(
+                    **settled_values(cancelled, resolved_at or timezone.now(), resolved_by)
+                )
+                # Whether this write or a concurrent commit moved it, the outcome is judged on what is stored now.
+                interrupt = Interrupt.objects.get(pk=pk)
+            if interrupt.status == InterruptStatus.RESOLVED:
+                raise already_answered(interrupt)
+            return interrupt
 
     def cancel_pending(
         self, scope: Scope, conversation_id: Any, *, run_id: Any = None, epoch: int | None = None
@@ -386,5 +514,6 @@ class InterruptStore:
     apending = async_twin("pending")
     ahas_pending = async_twin("has_pending")
     acommit_batch = async_twin("commit_batch")
+    acancel = async_twin("cancel")
     acancel_pending = async_twin("cancel_pending")
     aexpire_lapsed = async_twin("expire_lapsed")

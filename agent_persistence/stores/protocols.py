@@ -922,6 +922,7 @@ class RunStoreProtocol(Protocol):
         message_id: Any,
         name: str = "",
         parent_id: Any = None,
+        started_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Run:
         """The run ``id`` of the conversation, inserted as running if it does not exist yet."""
@@ -949,6 +950,10 @@ class RunStoreProtocol(Protocol):
         """The run's child runs (subagents), oldest first."""
         ...
 
+    def list_reclaimable(self, older_than: Any, *, now: datetime | None = None, limit: int | None = None) -> list[Run]:
+        """System sweep: running runs detached at ``now - older_than`` or earlier, longest detached first."""
+        ...
+
     def is_cancel_requested(self, run_id: Any) -> bool:
         """Whether a stop was asked for the run: the producer's cheap poll (False for an unknown run)."""
         ...
@@ -962,7 +967,14 @@ class RunStoreProtocol(Protocol):
         ...
 
     def finish(
-        self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
+        self,
+        scope: Scope,
+        run_id: Any,
+        status: str,
+        *,
+        error: dict[str, str] | None = None,
+        finished_at: datetime | None = None,
+        epoch: int | None = None,
     ) -> Run:
         """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished")."""
         ...
@@ -992,6 +1004,7 @@ class RunStoreProtocol(Protocol):
         message_id: Any,
         name: str = "",
         parent_id: Any = None,
+        started_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Run:
         """Async twin of :meth:`create_or_resume`."""
@@ -1021,6 +1034,12 @@ class RunStoreProtocol(Protocol):
         """Async twin of :meth:`children`."""
         ...
 
+    async def alist_reclaimable(
+        self, older_than: Any, *, now: datetime | None = None, limit: int | None = None
+    ) -> list[Run]:
+        """Async twin of :meth:`list_reclaimable`."""
+        ...
+
     async def ais_cancel_requested(self, run_id: Any) -> bool:
         """Async twin of :meth:`is_cancel_requested`."""
         ...
@@ -1034,7 +1053,14 @@ class RunStoreProtocol(Protocol):
         ...
 
     async def afinish(
-        self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
+        self,
+        scope: Scope,
+        run_id: Any,
+        status: str,
+        *,
+        error: dict[str, str] | None = None,
+        finished_at: datetime | None = None,
+        epoch: int | None = None,
     ) -> Run:
         """Async twin of :meth:`finish`."""
         ...
@@ -1070,6 +1096,7 @@ class InterruptStoreProtocol(Protocol):
         kind: str,
         payload: dict[str, Any] | None = None,
         expires_at: datetime | None = None,
+        requested_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Interrupt:
         """The interrupt ``id``, inserted as pending if it does not exist yet (else returned unchanged)."""
@@ -1077,11 +1104,15 @@ class InterruptStoreProtocol(Protocol):
 
     def get(self, scope: Scope, interrupt_id: Any) -> Interrupt: ...
 
-    def list(self, scope: Scope, conversation_id: Any, *, status: str | None = None, run_id: Any = None) -> list[Interrupt]:
-        """The conversation's interrupts, oldest first, optionally of one status and one run."""
+    def list(
+        self, scope: Scope, conversation_id: Any = None, *, status: str | None = None, run_id: Any = None
+    ) -> list[Interrupt]:
+        """The interrupts of a conversation, of a run, or of that run in that conversation, oldest first."""
         ...
 
-    def pending(self, scope: Scope, conversation_id: Any) -> list[Interrupt]: ...
+    def pending(self, scope: Scope, conversation_id: Any = None, *, run_id: Any = None) -> list[Interrupt]:
+        """The pending interrupts of a conversation or of a run, oldest first."""
+        ...
 
     def has_pending(self, conversation_id: Any) -> bool:
         """Whether the conversation waits on an answer: the runtime's cheap check before new input."""
@@ -1095,8 +1126,21 @@ class InterruptStoreProtocol(Protocol):
         *,
         resolved_by: str | None = None,
         now: datetime | None = None,
+        resolved_at: datetime | None = None,
     ) -> list[Interrupt]:
-        """Resolve every pending interrupt of the conversation with ``answers``, all or nothing."""
+        """Settle (resolve or cancel) every pending interrupt of the conversation with ``answers``, all or nothing."""
+        ...
+
+    def cancel(
+        self,
+        scope: Scope,
+        interrupt_id: Any,
+        *,
+        resolved_by: str | None = None,
+        resolved_at: datetime | None = None,
+        epoch: int | None = None,
+    ) -> Interrupt:
+        """Cancel one pending interrupt; one already cancelled is returned unchanged."""
         ...
 
     def cancel_pending(self, scope: Scope, conversation_id: Any, *, run_id: Any = None, epoch: int | None = None) -> int:
@@ -1117,6 +1161,7 @@ class InterruptStoreProtocol(Protocol):
         kind: str,
         payload: dict[str, Any] | None = None,
         expires_at: datetime | None = None,
+        requested_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Interrupt:
         """Async twin of :meth:`create`."""
@@ -1127,12 +1172,12 @@ class InterruptStoreProtocol(Protocol):
         ...
 
     async def alist(
-        self, scope: Scope, conversation_id: Any, *, status: str | None = None, run_id: Any = None
+        self, scope: Scope, conversation_id: Any = None, *, status: str | None = None, run_id: Any = None
     ) -> list[Interrupt]:
         """Async twin of :meth:`list`."""
         ...
 
-    async def apending(self, scope: Scope, conversation_id: Any) -> list[Interrupt]:
+    async def apending(self, scope: Scope, conversation_id: Any = None, *, run_id: Any = None) -> list[Interrupt]:
         """Async twin of :meth:`pending`."""
         ...
 
@@ -1148,8 +1193,21 @@ class InterruptStoreProtocol(Protocol):
         *,
         resolved_by: str | None = None,
         now: datetime | None = None,
+        resolved_at: datetime | None = None,
     ) -> list[Interrupt]:
         """Async twin of :meth:`commit_batch`."""
+        ...
+
+    async def acancel(
+        self,
+        scope: Scope,
+        interrupt_id: Any,
+        *,
+        resolved_by: str | None = None,
+        resolved_at: datetime | None = None,
+        epoch: int | None = None,
+    ) -> Interrupt:
+        """Async twin of :meth:`cancel`."""
         ...
 
     async def acancel_pending(self, scope: Scope, conversation_id: Any, *, run_id: Any = None, epoch: int | None = None) -> int:

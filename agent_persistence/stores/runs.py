@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -49,6 +49,7 @@ from .base import (
     readable_conversation,
 )
 from .fencing import guard, producer_conversation
+from .times import check_not_before, clean_caller_time
 
 #: A run in one of these may still change; the others are final.
 OPEN_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.INTERRUPTED)
@@ -127,6 +128,42 @@ def add_counters(stored: dict[str, Any], added: dict[str, int | float]) -> dict[
     return total
 
 
+def clean_age(value: Any, field_name: str = "older_than") -> timedelta:
+    """A duration, 0 or more: a ``timedelta`` or a number of seconds."""
+    if isinstance(value, timedelta):
+        if value < timedelta(0):
+            raise Validation(f"{field_name} must not be negative.", field=field_name)
+        return value
+    if not is_counter(value) or value < 0:
+        raise Validation(f"{field_name} must be a number of seconds, 0 or more.", field=field_name)
+    try:
+        return timedelta(seconds=value)
+    except OverflowError:
+        raise Validation(f"{field_name} is too large.", field=field_name) from None
+
+
+def reclaim_cutoff(older_than: Any, now: Any) -> datetime:
+    """The latest ``detached_since`` a reclaimable run may have: ``now - older_than``."""
+    age = clean_age(older_than)
+    moment = clean_datetime(now, "now") or timezone.now()
+    try:
+        return moment - age
+    except OverflowError:
+        raise Validation("older_than reaches before the first representable date.", field="older_than") from None
+
+
+def finish_time(run: Run, finished_at: datetime | None) -> datetime:
+    """When the run finishes: the caller's ``finished_at`` (never before ``started_at``), else now.
+
+    The clock is never written before the run's start: an imported start may
+    lie ahead of this server's clock by up to ``IMPORT_CLOCK_SKEW``.
+    """
+    if finished_at is None:
+        return max(timezone.now(), run.started_at)
+    check_not_before(finished_at, run.started_at, field="finished_at", after="started_at")
+    return finished_at
+
+
 def clean_run_id(value: Any, what: str = "run") -> uuid.UUID:
     """The id of a run to look up: text that is no UUID names no run (NotFound)."""
     try:
@@ -188,15 +225,18 @@ class RunStore:
         message_id: Any,
         name: str = "",
         parent_id: Any = None,
+        started_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Run:
         """The run ``id`` of the conversation, inserted as running if it does not exist yet.
 
         A run that exists is returned unchanged, whatever the other arguments
         say (a finished run stays finished). An id already used by a run of
-        another conversation is Conflict("run_id_taken").
+        another conversation is Conflict("run_id_taken"). ``started_at`` (an
+        import's) defaults to now.
         """
         run_id = parse_id(id, "id")
+        started_at = clean_caller_time(started_at, field="started_at")
         turn_id = parse_id(message_id, "message_id")
         name = clean_text(name, "name", max_length=Run._meta.get_field("name").max_length) or ""
         parent_pk = clean_run_id(parent_id, "parent run") if parent_id is not None else None
@@ -217,6 +257,7 @@ class RunStore:
                         parent_id=parent_pk,
                         name=name,
                         status=RunStatus.RUNNING,
+                        started_at=started_at or timezone.now(),
                         epoch=epoch or 0,
                     )
             except IntegrityError:
@@ -268,6 +309,19 @@ class RunStore:
         run = readable_run(scope, run_id)
         return list(Run.objects.filter(parent=run).order_by("started_at", "id"))
 
+    def list_reclaimable(self, older_than: Any, *, now: datetime | None = None, limit: int | None = None) -> list[Run]:
+        """System sweep: running runs detached at ``now - older_than`` or earlier, longest detached first.
+
+        What a takeover or a reaper acts on: nobody has followed them for at
+        least ``older_than`` (a ``timedelta`` or seconds). Interrupted and
+        finished runs are never reclaimable. ``limit`` as a listing's
+        (default ``DEFAULT_PAGE_SIZE``).
+        """
+        cutoff = reclaim_cutoff(older_than, now)
+        limit, _ = clean_paging(limit, 0)
+        runs = Run.objects.filter(status=RunStatus.RUNNING, detached_since__lte=cutoff)
+        return list(runs.order_by("detached_since", "id")[:limit])
+
     def is_cancel_requested(self, run_id: Any) -> bool:
         """Whether a stop was asked for the run: the producer's cheap poll (False for an unknown run)."""
         return Run.objects.filter(pk=parse_id(run_id, "run_id"), cancel_requested=True).exists()
@@ -298,16 +352,28 @@ class RunStore:
             return Run.objects.get(pk=run.pk)
 
     def finish(
-        self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
+        self,
+        scope: Scope,
+        run_id: Any,
+        status: str,
+        *,
+        error: dict[str, str] | None = None,
+        finished_at: datetime | None = None,
+        epoch: int | None = None,
     ) -> Run:
-        """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished")."""
+        """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished").
+
+        Its usage is kept, whatever the status. ``finished_at`` (an import's)
+        defaults to now and may not be before the run's ``started_at``.
+        """
         status = clean_finished_status(status)
         error = clean_error(error)
+        finished_at = clean_caller_time(finished_at, field="finished_at")
         epoch = clean_epoch(epoch)
         with transaction.atomic():
             run = writable_run(scope, run_id)
             guard(run.conversation_id, epoch)
-            update_open_run(run, status=status, error=error, finished_at=timezone.now())
+            update_open_run(run, status=status, error=error, finished_at=finish_time(run, finished_at))
             return Run.objects.get(pk=run.pk)
 
     def mark_detached(
@@ -365,6 +431,7 @@ class RunStore:
     afind_active_run = async_twin("find_active_run")
     alist = async_twin("list")
     achildren = async_twin("children")
+    alist_reclaimable = async_twin("list_reclaimable")
     ais_cancel_requested = async_twin("is_cancel_requested")
     aadd_usage = async_twin("add_usage")
     aset_status = async_twin("set_status")

@@ -14,6 +14,9 @@ any transaction opens:
   ``IMPORT_CLOCK_SKEW`` seconds, which absorbs the drift between the clocks of
   the exporting machine and this one).
 
+:func:`check_not_before` refuses a pair in the wrong order (a run finished
+before it started) with ``time_out_of_order``.
+
 Times in the past are accepted however old: imported history is old.
 """
 
@@ -55,3 +58,9 @@ def clean_caller_time(value: Any, *, field: str) -> datetime | None:
             limit=skew,
         )
     return value
+
+
+def check_not_before(later: datetime, earlier: datetime, *, field: str, after: str) -> None:
+    """Validation ``time_out_of_order`` unless ``later`` (the value of ``field``) is ``earlier`` (``after``'s) or later."""
+    if later < earlier:
+        raise Validation(f"{field} is before {after}.", code="time_out_of_order", field=field)

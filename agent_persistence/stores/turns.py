@@ -135,7 +135,9 @@ def finish_runs(runs: Any, status: RunStatus, error: dict[str, str] | None, now:
 
 
 def latest_run(pk: uuid.UUID, message_id: uuid.UUID) -> Run | None:
-    return Run.objects.filter(conversation_id=pk, message_id=message_id).order_by("-started_at", "-id").first()
+    """The turn's newest top-level run (a subagent's child run shares the turn's message_id)."""
+    runs = Run.objects.filter(conversation_id=pk, message_id=message_id, parent__isnull=True)
+    return runs.order_by("-started_at", "-id").first()
 
 
 def new_run(pk: uuid.UUID, *, run_id: uuid.UUID, message_id: uuid.UUID, name: str, epoch: int, now: datetime) -> None:
@@ -303,7 +305,9 @@ class TurnStore:
                 return Continuation(resolved)
             now = timezone.now()
             interrupted = (
-                Run.objects.filter(conversation_id=pk, status=RunStatus.INTERRUPTED).order_by("-started_at", "-id").first()
+                Run.objects.filter(conversation_id=pk, status=RunStatus.INTERRUPTED, parent__isnull=True)
+                .order_by("-started_at", "-id")
+                .first()
             )
             if interrupted is not None:
                 run_id = uuid7()

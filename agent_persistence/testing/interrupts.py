@@ -17,12 +17,17 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
+from ..conf import app_settings
 from ..exceptions import Conflict, ConversationNotOwned, Fenced, Gone, NotFound, StorageLimit, Validation
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Run, RunStatus
 from .concurrency import run_in_threads
 from .family import FamilyContract, frozen_clock, new_run, record_of
 from .runs import OWNER, READER, STRANGER
+
+
+#: A payload of the tool kinds (``tool_approval``, ``client_tool``): the tool call asked about.
+TOOL_CALL = {"tool_call_id": "call_1", "name": "delete_file", "arguments": {"path": "/tmp/x"}}
 
 
 class InterruptStoreContract(FamilyContract):
@@ -59,9 +64,14 @@ class InterruptStoreContract(FamilyContract):
         return sum(len(self.family.interrupts.list(OWNER, conversation.pk)) for conversation in conversations)
 
     def ask(self, store: Any, conversation: Conversation, run: Run | None = None, **options: Any) -> Interrupt:
-        """A new pending interrupt of ``run`` (a fresh run of the conversation when None)."""
+        """A new pending interrupt of ``run`` (a fresh run of the conversation when None).
+
+        A tool approval by default, about a tool call unless ``payload`` says otherwise.
+        """
         run = run or self.make_run(conversation)
         options.setdefault("kind", "tool_approval")
+        if options["kind"] != "generic":
+            options["payload"] = {**TOOL_CALL, **options.get("payload", {})}
         return store.create(OWNER, conversation.pk, id=options.pop("id", uuid7()), run_id=run.pk, **options)
 
     # -- create -----------------------------------------------------------------------------
@@ -73,7 +83,7 @@ class InterruptStoreContract(FamilyContract):
         run = self.make_run(conversation)
         interrupt_id = uuid7()
         expires_at = timezone.now() + timedelta(hours=1)
-        payload = {"tool": "delete_file", "args": {"path": "/tmp/x"}, "when": "2024-01-01"}
+        payload = {**TOOL_CALL, "when": "2024-01-01"}
         interrupt = store.create(
             OWNER, conversation.pk, id=interrupt_id, run_id=run.pk, kind="tool_approval",
             payload=payload, expires_at=expires_at, epoch=4,
@@ -95,7 +105,7 @@ class InterruptStoreContract(FamilyContract):
         again = store.create(
             OWNER, conversation.pk, id=first.pk, run_id=self.make_run(conversation).pk, kind="generic", payload={"n": 2}
         )
-        assert (again.run_id, again.kind, again.payload) == (first.run_id, "tool_approval", {"n": 1})
+        assert (again.run_id, again.kind, again.payload) == (first.run_id, "tool_approval", {**TOOL_CALL, "n": 1})
         store.commit_batch(OWNER, conversation.pk, [{"id": first.pk, "response": True}])
         resolved = store.create(OWNER, conversation.pk, id=first.pk, run_id=first.run_id, kind="generic")
         assert resolved.status == "resolved"
@@ -152,7 +162,7 @@ class InterruptStoreContract(FamilyContract):
         with pytest.raises(StorageLimit):
             self.ask(store, conversation, payload={"text": "x" * 100})
         assert self.interrupt_count(conversation) == 0
-        interrupt = self.ask(store, conversation, payload={"text": "x" * 50})
+        interrupt = self.ask(store, conversation, kind="generic", payload={"text": "x" * 50})
         with pytest.raises(StorageLimit):
             store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": "y" * 100}])
         assert self.stored(interrupt.pk)["status"] == "pending"
@@ -545,3 +555,255 @@ class InterruptStoreContract(FamilyContract):
         assert outcome[0].status == "resolved"
         assert async_to_sync(store.acancel_pending)(OWNER, conversation.pk) == 0
         assert async_to_sync(store.aexpire_lapsed)() == 0
+
+    # -- mixed batches: resolved and cancelled entries --------------------------------------
+
+    @pytest.mark.django_db
+    def test_a_mixed_batch_resolves_and_cancels_in_one_commit(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        approve, dismiss, skip = (self.ask(store, conversation) for _ in range(3))
+        now = timezone.now()
+        batch = [
+            {"id": approve.pk, "status": "resolved", "response": {"approved": True}},
+            {"id": str(dismiss.pk), "status": "cancelled"},
+            {"id": skip.pk, "status": "cancelled"},
+        ]
+        outcome = store.commit_batch(OWNER, conversation.pk, batch, now=now)
+        assert [(i.pk, i.status, i.response) for i in outcome] == [
+            (approve.pk, "resolved", {"approved": True}), (dismiss.pk, "cancelled", None), (skip.pk, "cancelled", None)
+        ]
+        for interrupt in (approve, dismiss, skip):
+            row = self.stored(interrupt.pk)
+            assert row["resolved_at"] == now and row["resolved_by"] == OWNER.user
+        assert store.has_pending(conversation.pk) is False
+        # The same batch again is a repeat: the first outcome, unchanged.
+        again = store.commit_batch(OWNER, conversation.pk, batch, now=now + timedelta(minutes=1))
+        assert [(i.status, i.resolved_at) for i in again] == [(i.status, now) for i in outcome]
+
+    @pytest.mark.django_db
+    def test_a_mixed_batch_that_is_refused_writes_nothing(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        now = timezone.now()
+        first, second = self.ask(store, conversation), self.ask(store, conversation)
+        lapsed = self.ask(store, conversation, expires_at=now - timedelta(seconds=1))
+        cancel_all = [{"id": i.pk, "status": "cancelled"} for i in (first, second)]
+        with pytest.raises(Gone):  # cancelling a lapsed one is refused like answering it
+            store.commit_batch(OWNER, conversation.pk, [*cancel_all, {"id": lapsed.pk, "response": 1}], now=now)
+        with pytest.raises(Validation) as caught:
+            store.commit_batch(OWNER, conversation.pk, cancel_all, now=now)
+        assert caught.value.code == "unanswered_interrupts"
+        assert set(self.statuses(conversation).values()) == {"pending"}
+
+    @pytest.mark.django_db
+    def test_an_entry_that_contradicts_the_stored_outcome_is_a_conflict(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        resolved, cancelled = self.ask(store, conversation), self.ask(store, conversation)
+        store.commit_batch(
+            OWNER, conversation.pk, [{"id": resolved.pk, "response": "yes"}, {"id": cancelled.pk, "status": "cancelled"}]
+        )
+        with pytest.raises(Conflict) as caught:
+            store.commit_batch(OWNER, conversation.pk, [{"id": resolved.pk, "status": "cancelled"}])
+        assert caught.value.code == "already_answered"
+        with pytest.raises(Conflict) as caught:
+            store.commit_batch(OWNER, conversation.pk, [{"id": cancelled.pk, "response": "yes"}])
+        assert caught.value.code == "interrupt_cancelled"
+        assert (self.stored(resolved.pk)["status"], self.stored(cancelled.pk)["status"]) == ("resolved", "cancelled")
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(
+        "entry",
+        [
+            {"status": "cancelled", "response": None},
+            {"status": "resolved"},
+            {"status": "done", "response": 1},
+            {"status": None, "response": 1},
+            {"status": ["cancelled"]},
+            {"status": "cancelled", "reason": "no"},
+        ],
+    )
+    def test_a_malformed_entry_is_validation_and_writes_nothing(self, store: Any, entry: dict[str, Any]) -> None:
+        conversation = self.new_conversation()
+        interrupt = self.ask(store, conversation)
+        with pytest.raises(Validation):
+            store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, **entry}])
+        assert self.stored(interrupt.pk)["status"] == "pending"
+
+    @pytest.mark.django_db(transaction=True)
+    def test_of_a_resolving_and_a_cancelling_batch_racing_exactly_one_wins(self, store: Any) -> None:
+        for _ in range(self.RACE_ROUNDS):
+            conversation = self.new_conversation()
+            interrupt = self.ask(store, conversation)
+
+            def settle(index: int) -> str:
+                entry = {"id": interrupt.pk, "response": index} if index % 2 else {"id": interrupt.pk, "status": "cancelled"}
+                try:
+                    return store.commit_batch(OWNER, conversation.pk, [entry])[0].status
+                except Conflict as exc:
+                    return exc.code
+
+            outcomes = run_in_threads(self.RACE_THREADS, settle)
+            row = self.stored(interrupt.pk)
+            winners = [o for o in outcomes if o in ("resolved", "cancelled")]
+            # Every other batch either repeats the winner's outcome or is refused: nothing is written twice.
+            assert set(winners) == {row["status"]}, outcomes
+            if row["status"] == "cancelled":
+                assert outcomes.count("cancelled") == self.RACE_THREADS // 2, outcomes
+                assert outcomes.count("interrupt_cancelled") == self.RACE_THREADS // 2, outcomes
+            else:
+                assert winners == ["resolved"], outcomes
+                assert outcomes.count("already_answered") == self.RACE_THREADS - 1, outcomes
+
+    # -- cancelling one interrupt -----------------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_cancel_cancels_one_pending_interrupt(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        dismissed, kept = self.ask(store, conversation), self.ask(store, conversation)
+        cancelled = store.cancel(OWNER, str(dismissed.pk))
+        assert (cancelled.status, cancelled.response, cancelled.resolved_by) == ("cancelled", None, OWNER.user)
+        assert cancelled.resolved_at is not None
+        assert store.cancel(OWNER, dismissed.pk, resolved_by="ops").resolved_at == cancelled.resolved_at  # a repeat
+        assert [i.pk for i in store.pending(OWNER, conversation.pk)] == [kept.pk]
+        store.commit_batch(OWNER, conversation.pk, [{"id": kept.pk, "response": "ok"}])
+        with pytest.raises(Conflict) as caught:
+            store.cancel(OWNER, kept.pk)
+        assert caught.value.code == "already_answered" and self.stored(kept.pk)["status"] == "resolved"
+
+    @pytest.mark.django_db
+    def test_cancel_is_the_owners_and_fenced(self, store: Any) -> None:
+        conversation = self.new_conversation(shared=True)
+        interrupt = self.ask(store, conversation)
+        with pytest.raises(ConversationNotOwned):
+            store.cancel(READER, interrupt.pk)
+        for scope, interrupt_id in ((STRANGER, interrupt.pk), (OWNER, uuid7()), (OWNER, "nope")):
+            with pytest.raises(NotFound) as caught:
+                store.cancel(scope, interrupt_id)
+            assert caught.value.code == "interrupt_not_found"
+        self.claim_epoch(conversation, 3)
+        with pytest.raises(Fenced):
+            store.cancel(OWNER, interrupt.pk, epoch=2)
+        for bad in ({"epoch": -1}, {"resolved_by": 5}, {"resolved_at": "later"}):
+            with pytest.raises(Validation):
+                store.cancel(OWNER, interrupt.pk, **bad)
+        assert self.stored(interrupt.pk)["status"] == "pending"
+        assert store.cancel(OWNER, interrupt.pk, epoch=3).status == "cancelled"
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_cancel_racing_a_batch_leaves_one_outcome(self, store: Any) -> None:
+        for _ in range(self.RACE_ROUNDS):
+            conversation = self.new_conversation()
+            interrupt = self.ask(store, conversation)
+
+            def cancel_or_answer(index: int) -> str:
+                try:
+                    if index % 2:
+                        return store.cancel(OWNER, interrupt.pk).status
+                    return store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": "yes"}])[0].status
+                except Conflict as exc:
+                    return exc.code
+
+            outcomes = run_in_threads(self.RACE_THREADS, cancel_or_answer)
+            status = self.stored(interrupt.pk)["status"]
+            if status == "resolved":  # every answer repeats it, every cancel is refused
+                assert outcomes == ["resolved", "already_answered"] * (self.RACE_THREADS // 2), outcomes
+            else:  # every cancel repeats it, every answer is refused
+                assert outcomes == ["interrupt_cancelled", "cancelled"] * (self.RACE_THREADS // 2), outcomes
+
+    # -- pending by run ---------------------------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_pending_and_list_by_run_follow_the_read_rule(self, store: Any) -> None:
+        conversation = self.new_conversation(shared=True)
+        run, other_run = self.make_run(conversation), self.make_run(conversation)
+        now = timezone.now()
+        later = self.ask(store, conversation, run, requested_at=now - timedelta(minutes=1))
+        earlier = self.ask(store, conversation, run, requested_at=now - timedelta(minutes=2))
+        answered = self.ask(store, conversation, run, requested_at=now - timedelta(minutes=3))
+        store.cancel(OWNER, answered.pk)
+        self.ask(store, conversation, other_run)
+        assert [i.pk for i in store.pending(READER, run_id=run.pk)] == [earlier.pk, later.pk]
+        assert [i.pk for i in store.pending(OWNER, conversation.pk, run_id=str(run.pk))] == [earlier.pk, later.pk]
+        assert [i.pk for i in store.list(OWNER, run_id=run.pk)] == [answered.pk, earlier.pk, later.pk]
+        assert [i.pk for i in store.list(OWNER, run_id=run.pk, status="cancelled")] == [answered.pk]
+        for scope, run_id in ((STRANGER, run.pk), (OWNER, uuid7()), (OWNER, "nope")):
+            with pytest.raises(NotFound) as caught:
+                store.pending(scope, run_id=run_id)
+            assert caught.value.code == "run_not_found"
+        with pytest.raises(Validation):
+            store.pending(OWNER)
+
+    # -- the kinds and their payloads -------------------------------------------------------
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize("kind", ["tool_approval", "client_tool"])
+    @pytest.mark.parametrize(
+        "payload",
+        [
+            None,
+            {},
+            {"name": "delete_file", "arguments": {}},
+            {"tool_call_id": "", "name": "delete_file", "arguments": {}},
+            {"tool_call_id": "c1", "name": 5, "arguments": {}},
+            {"tool_call_id": "c1", "name": "x" * 256, "arguments": {}},
+            {"tool_call_id": "c1", "name": "delete_file"},
+            {"tool_call_id": "c1", "name": "delete_file", "arguments": ["/tmp/x"]},
+        ],
+    )
+    def test_a_tool_payload_must_name_the_tool_call(self, store: Any, kind: str, payload: Any) -> None:
+        conversation = self.new_conversation()
+        run = self.make_run(conversation)
+        with pytest.raises(Validation):
+            store.create(OWNER, conversation.pk, id=uuid7(), run_id=run.pk, kind=kind, payload=payload)
+        assert self.interrupt_count(conversation) == 0
+
+    @pytest.mark.django_db
+    def test_each_kind_keeps_its_documented_payload(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        run = self.make_run(conversation)
+        tool_call = {**TOOL_CALL, "description": "Delete a file."}
+        for kind, payload in (("tool_approval", tool_call), ("client_tool", TOOL_CALL),
+                              ("generic", {"question": "Which city?", "options": ["Paris", "Lyon"]}), ("generic", None)):
+            interrupt = store.create(OWNER, conversation.pk, id=uuid7(), run_id=run.pk, kind=kind, payload=payload)
+            assert (self.stored(interrupt.pk)["kind"], self.stored(interrupt.pk)["payload"]) == (kind, payload or {})
+
+    # -- imports: caller-supplied times -----------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_an_import_keeps_requested_at_and_resolved_at_and_lists_in_time_order(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        run = self.make_run(conversation)
+        base = timezone.now() - timedelta(days=3)
+        imported = [self.ask(store, conversation, run, requested_at=base + timedelta(hours=h)) for h in (2, 0, 1)]
+        tie = self.ask(store, conversation, run, id=uuid.UUID(int=imported[1].pk.int + 1), requested_at=base)
+        assert [i.pk for i in store.list(OWNER, conversation.pk)] == [imported[1].pk, tie.pk, imported[2].pk,
+                                                                       imported[0].pk]
+        resolved_at = base + timedelta(hours=3)
+        answers = [{"id": i.pk, "response": "ok"} for i in (*imported, tie)]
+        for interrupt in store.commit_batch(OWNER, conversation.pk, answers, resolved_at=resolved_at.isoformat()):
+            assert self.stored(interrupt.pk)["resolved_at"] == resolved_at
+        assert self.stored(imported[1].pk)["requested_at"] == base
+
+    @pytest.mark.django_db
+    def test_bad_caller_times_are_validation_and_write_nothing(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        run = self.make_run(conversation)
+        future = timezone.now() + timedelta(seconds=app_settings.IMPORT_CLOCK_SKEW + 60)
+        for requested_at in (future, "2024-01-01T00:00:00", "soon", 5):
+            with pytest.raises(Validation):
+                self.ask(store, conversation, run, requested_at=requested_at)
+        assert self.interrupt_count(conversation) == 0
+        requested = timezone.now() - timedelta(hours=1)
+        interrupt = self.ask(store, conversation, run, requested_at=requested)
+        for resolved_at in (requested - timedelta(seconds=1), future, "2024-01-01T00:00:00"):
+            with pytest.raises(Validation):
+                store.commit_batch(OWNER, conversation.pk, [{"id": interrupt.pk, "response": 1}], resolved_at=resolved_at)
+            with pytest.raises(Validation):
+                store.cancel(OWNER, interrupt.pk, resolved_at=resolved_at)
+        assert self.stored(interrupt.pk)["status"] == "pending"
+
+    @pytest.mark.django_db(transaction=True)
+    def test_async_cancel_does_what_its_sync_method_does(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        interrupt = self.ask(store, conversation)
+        assert async_to_sync(store.acancel)(OWNER, interrupt.pk).status == "cancelled"
+        assert async_to_sync(store.apending)(OWNER, conversation.pk) == []

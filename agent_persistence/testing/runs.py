@@ -17,6 +17,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
+from ..conf import app_settings
 from ..exceptions import Conflict, ConversationNotOwned, Fenced, NotFound, StorageLimit, Validation
 from ..ids import uuid7
 from ..models import Conversation, Run
@@ -599,3 +600,149 @@ class RunStoreContract(FamilyContract):
         assert async_to_sync(store.alist)(OWNER, conversation.pk).total == 1
         assert async_to_sync(store.achildren)(OWNER, run_id) == []
         assert async_to_sync(store.aabort_stuck)(run_id) is False
+
+    # -- imports: caller-supplied times -----------------------------------------------------
+
+    @pytest.mark.django_db
+    def test_an_import_keeps_its_started_at_and_finished_at(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        started = timezone.now() - timedelta(days=30)
+        run = self.start_run(store, conversation, started_at=started)
+        assert run.started_at == started
+        finished = store.finish(OWNER, run.pk, "completed", finished_at=(started + timedelta(minutes=2)).isoformat())
+        row = self.stored(run)
+        assert (row["started_at"], row["finished_at"]) == (started, started + timedelta(minutes=2))
+        assert finished.finished_at == row["finished_at"]
+        other = self.start_run(store, conversation, started_at=started)  # a finish at the very start is in order
+        assert store.finish(OWNER, other.pk, "failed", finished_at=started).finished_at == started
+
+    @pytest.mark.django_db
+    def test_runs_imported_out_of_order_list_in_time_order(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        now = timezone.now()
+        parent = self.start_run(store, conversation, started_at=now - timedelta(hours=5))
+        imported = [
+            self.start_run(store, conversation, started_at=now - timedelta(hours=hours), parent_id=parent.pk)
+            for hours in (1, 3, 2)
+        ]
+        tie = self.start_run(
+            store, conversation, id=uuid.UUID(int=imported[1].pk.int + 1), started_at=imported[1].started_at,
+            parent_id=parent.pk,
+        )
+        newest_first = [imported[0].pk, imported[2].pk, tie.pk, imported[1].pk, parent.pk]
+        assert [run.pk for run in store.list(OWNER, conversation.pk).items] == newest_first
+        assert [run.pk for run in store.children(OWNER, parent.pk)] == [imported[1].pk, tie.pk, imported[2].pk,
+                                                                         imported[0].pk]
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(
+        "started_at",
+        ["2024-01-01T00:00:00", "yesterday", 1700000000, "future", True],
+    )
+    def test_a_bad_started_at_is_validation_and_writes_nothing(self, store: Any, started_at: Any) -> None:
+        conversation = self.new_conversation()
+        if started_at == "future":
+            started_at = timezone.now() + timedelta(seconds=app_settings.IMPORT_CLOCK_SKEW + 60)
+        with pytest.raises(Validation):
+            self.start_run(store, conversation, started_at=started_at)
+        assert self.run_count(conversation) == 0
+
+    @pytest.mark.django_db
+    def test_a_start_within_the_clock_skew_is_accepted_and_never_finishes_before_it(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        ahead = timezone.now() + timedelta(seconds=app_settings.IMPORT_CLOCK_SKEW / 2)
+        run = self.start_run(store, conversation, started_at=ahead)
+        assert store.finish(OWNER, run.pk, "completed").finished_at >= ahead
+
+    @pytest.mark.django_db
+    def test_a_finished_at_before_the_start_or_in_the_future_writes_nothing(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        started = timezone.now() - timedelta(hours=1)
+        run = self.start_run(store, conversation, started_at=started)
+        too_late = timezone.now() + timedelta(seconds=app_settings.IMPORT_CLOCK_SKEW + 60)
+        for finished_at in (started - timedelta(microseconds=1), too_late, "2024-13-01T00:00:00+00:00"):
+            with pytest.raises(Validation):
+                store.finish(OWNER, run.pk, "completed", finished_at=finished_at)
+        row = self.stored(run)
+        assert row["status"] == "running" and row["finished_at"] is None
+
+    # -- the lifecycle of seed 003's state diagram -----------------------------------------
+
+    @pytest.mark.django_db
+    def test_a_same_id_continuation_moves_an_interrupted_run_on(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        for ending in ("completed", "failed", "aborted"):
+            run = self.start_run(store, conversation)
+            store.set_status(OWNER, run.pk, "interrupted")
+            again = store.create_or_resume(OWNER, conversation.pk, id=run.pk, message_id=run.message_id)
+            assert again.status == "interrupted"  # create-or-resume leaves it parked
+            assert store.set_status(OWNER, run.pk, "interrupted").status == "interrupted"  # pauses again
+            assert store.find_active_run(OWNER, conversation.pk) is None  # parked is not active
+            assert store.finish(OWNER, run.pk, ending).status == ending
+            assert self.stored(run)["finished_at"] is not None
+
+    @pytest.mark.django_db
+    def test_usage_is_kept_when_a_run_fails_or_is_aborted(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        error = {"message": "The provider failed.", "code": "provider_error"}
+        for ending in ("failed", "aborted", "stuck"):
+            run = self.start_run(store, conversation)
+            store.add_usage(OWNER, run.pk, {"input_tokens": 120, "output_tokens": 7})
+            if ending == "stuck":
+                assert store.abort_stuck(run.pk) is True
+            else:
+                store.finish(OWNER, run.pk, ending, error=error)
+            assert self.stored(run)["usage"] == {"input_tokens": 120, "output_tokens": 7}
+
+    @pytest.mark.django_db
+    def test_a_disconnect_detaches_and_a_cancel_arrives_out_of_band(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        run = self.start_run(store, conversation)
+        since = timezone.now() - timedelta(minutes=1)
+        detached = store.mark_detached(OWNER, run.pk, since)
+        assert (detached.status, detached.detached_since, detached.cancel_requested) == ("running", since, False)
+        assert store.request_cancel(OWNER, run.pk).cancel_requested is True
+        row = self.stored(run)
+        assert (row["status"], row["detached_since"]) == ("running", since)  # intent recorded, not a status
+        assert store.finish(OWNER, run.pk, "aborted").status == "aborted"
+
+    @pytest.mark.django_db
+    def test_list_reclaimable_lists_long_detached_running_runs_oldest_first(self, store: Any) -> None:
+        mine, theirs = self.new_conversation(), self.new_conversation(STRANGER)
+        now = timezone.now()
+
+        def detached(conversation: Conversation, minutes: float, owner: Scope = OWNER, then: str = "") -> Run:
+            run = store.create_or_resume(owner, conversation.pk, id=uuid7(), message_id=uuid7())
+            store.mark_detached(owner, run.pk, now - timedelta(minutes=minutes))
+            if then == "interrupted":
+                store.set_status(owner, run.pk, "interrupted")
+            elif then:
+                store.finish(owner, run.pk, then)
+            return run
+
+        old, older, boundary = detached(mine, 10), detached(theirs, 20, STRANGER), detached(mine, 5)
+        recent = detached(mine, 1)
+        self.start_run(store, mine)  # followed: never detached
+        for then in ("interrupted", "completed", "aborted"):
+            detached(mine, 60, then=then)
+        listed = store.list_reclaimable(timedelta(minutes=5), now=now)
+        assert [run.pk for run in listed] == [older.pk, old.pk, boundary.pk]  # detached_since <= now - 5 min
+        assert [run.pk for run in store.list_reclaimable(30, now=now)] == [older.pk, old.pk, boundary.pk, recent.pk]
+        assert [run.pk for run in store.list_reclaimable(300, now=now, limit=1)] == [older.pk]
+        assert store.list_reclaimable(timedelta(hours=2), now=now) == []
+        store.clear_detached(OWNER, old.pk)  # taken over
+        assert old.pk not in {run.pk for run in store.list_reclaimable(0)}
+        for bad in (-1, timedelta(seconds=-1), "5", True, None, float("nan"), 10**30):
+            with pytest.raises(Validation):
+                store.list_reclaimable(bad)
+        for bad_limit in (0, -1, True, "1"):
+            with pytest.raises(Validation):
+                store.list_reclaimable(0, limit=bad_limit)
+        with pytest.raises(Validation):
+            store.list_reclaimable(0, now="now")
+
+    @pytest.mark.django_db(transaction=True)
+    def test_async_list_reclaimable_does_what_its_sync_method_does(self, store: Any) -> None:
+        run = self.start_run(store, self.new_conversation())
+        store.mark_detached(OWNER, run.pk, timezone.now() - timedelta(minutes=1))
+        assert [r.pk for r in async_to_sync(store.alist_reclaimable)(30)] == [run.pk]

@@ -239,6 +239,12 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("message-list", "PATCH"): Row(
         conversation("messages"), write(200), body=lambda w: {"messages": [{"role": "user", "content": "merged"}]}
     ),
+    # the run lifecycle: subagent runs, a run's interrupts, cancelling one interrupt
+    ("run-children", "GET"): Row(lambda w: f"/api/runs/{w.run_id}/children/", read()),
+    ("run-interrupts", "GET"): Row(lambda w: f"/api/runs/{w.run_id}/interrupts/", read(), world="waiting"),
+    ("interrupt-cancel", "POST"): Row(
+        lambda w: f"/api/interrupts/{w.interrupt_ids[0]}/cancel/", write(200), world="waiting"
+    ),
 }
 
 

@@ -52,6 +52,7 @@ UNREACHABLE = {
     "mcp_oauth_callback_retrieve": "needs the state of an authorization an authorization server redirected",
     "mcp_integrations_authorize_create": "needs an MCP server in MCP_SERVERS (the test settings configure none)",
     "mcp_integrations_destroy": "needs an MCP server in MCP_SERVERS (the test settings configure none)",
+    "interrupts_cancel": "needs an interrupt, whose id only the agent that raised it knows",
 }
 #: Destructive operations, each given rows of its own (by the seed names below).
 DESTRUCTIVE = {

@@ -101,10 +101,11 @@ def test_a_turn_streams_the_answer_and_records_the_tool_call(framework: str, ali
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-@pytest.mark.parametrize("approved", [True, False])
+@pytest.mark.parametrize("approved", [True, False, "cancelled"])
 def test_an_approval_becomes_an_interrupt_and_its_answer_goes_back_to_the_framework(
-    framework: str, approved: bool, alice: Any, tmp_path: Path
+    framework: str, approved: Any, alice: Any, tmp_path: Path
 ) -> None:
+    """Approved, the tool runs once; denied or cancelled (a batch's cancelled entry), it never runs."""
     conversation_id = uuid.uuid4()
 
     async def first() -> Any:
@@ -117,13 +118,14 @@ def test_an_approval_becomes_an_interrupt_and_its_answer_goes_back_to_the_framew
     assert "q1" in str(pending.payload)
 
     async def answer() -> Any:
-        _, handle = await continue_turn(alice, conversation_id, [{"id": str(pending.pk), "response": {"approved": approved}}])
+        entry = {"status": "cancelled"} if approved == "cancelled" else {"response": {"approved": approved}}
+        _, handle = await continue_turn(alice, conversation_id, [{"id": str(pending.pk), **entry}])
         return await handle.task
 
     assert run(answer()) is Outcome.COMPLETED
     message = answer_of(conversation_id)
     assert message.content == ANSWER
-    assert lines(tmp_path / "tools.log") == (["start q1", "done q1"] if approved else [])
+    assert lines(tmp_path / "tools.log") == (["start q1", "done q1"] if approved is True else [])
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

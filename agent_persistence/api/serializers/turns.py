@@ -38,12 +38,23 @@ class ResumeTurnSerializer(StrictSerializer):
 
 
 class AnswerSerializer(StrictSerializer):
-    id = serializers.UUIDField(help_text="The interrupt answered.")
-    response = serializers.JSONField(allow_null=True, help_text="The answer (any JSON).")
+    """One entry of a batch: ``{"id", "response"}`` resolves the interrupt, ``{"id", "status": "cancelled"}`` cancels it."""
+
+    id = serializers.UUIDField(help_text="The interrupt settled.")
+    status = serializers.ChoiceField(
+        choices=[InterruptStatus.RESOLVED, InterruptStatus.CANCELLED],
+        required=False,
+        help_text="resolved (the default: give a response) or cancelled (give no response).",
+    )
+    response = serializers.JSONField(required=False, allow_null=True, help_text="The answer (any JSON), to resolve.")
+
+    def to_entry(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The store's entry: only the keys the client sent (the store judges its shape)."""
+        return {"id": str(data["id"]), **{key: data[key] for key in ("status", "response") if key in data}}
 
 
 class AnswerBatchSerializer(StrictSerializer):
-    """``POST conversations/<id>/interrupts/``: one answer for every pending interrupt, committed all or nothing."""
+    """``POST conversations/<id>/interrupts/``: one entry for every pending interrupt, committed all or nothing."""
 
     answers = AnswerSerializer(many=True, allow_empty=False)
 

@@ -27,6 +27,7 @@ from ..serializers.turns import (
     INTERRUPT_STATUS_FILTERS,
     AnswerBatchSerializer,
     AnsweredSerializer,
+    AnswerSerializer,
     CancelledSerializer,
     InterruptListSerializer,
     InterruptSerializer,
@@ -247,9 +248,10 @@ class InterruptsView(ScopedAPIView):
         request=AnswerBatchSerializer,
         responses={200: AnsweredSerializer, **error_responses(400, 401, 403, 404, 409, 410, 413, 415)},
         description=(
-            "Answers every pending interrupt at once, all or nothing, and drives the turn on when that releases it. "
-            "410 interrupt_expired; 400 unanswered_interrupts / duplicate_answer; 404 interrupt_not_found; "
-            "409 already_answered / interrupt_cancelled."
+            "Settles every pending interrupt at once, all or nothing: each entry resolves one (a response) or cancels "
+            'it ("status": "cancelled"), and the turn is driven on when that releases it. 410 interrupt_expired; '
+            "400 unanswered_interrupts / duplicate_answer; 404 interrupt_not_found; 409 already_answered / "
+            "interrupt_cancelled."
         ),
         examples=[
             OpenApiExample(
@@ -257,11 +259,21 @@ class InterruptsView(ScopedAPIView):
                 value={"answers": [{"id": "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e5f", "response": {"approved": True}}]},
                 request_only=True,
             ),
+            OpenApiExample(
+                "Approve one, cancel another",
+                value={
+                    "answers": [
+                        {"id": "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e5f", "response": {"approved": True}},
+                        {"id": "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e60", "status": "cancelled"},
+                    ]
+                },
+                request_only=True,
+            ),
         ],
     )
     def post(self, request: Request, conversation_id: str) -> Response:
         body = read_body(AnswerBatchSerializer, request)
-        answers = [{"id": str(answer["id"]), "response": answer["response"]} for answer in body["answers"]]
+        answers = [AnswerSerializer().to_entry(answer) for answer in body["answers"]]
         resolved, handle = loop.run(continue_turn(self.scope, conversation_id, answers))
         return Response(
             {

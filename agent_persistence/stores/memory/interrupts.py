@@ -7,22 +7,27 @@ from typing import Any
 
 from django.utils import timezone
 
-from ...conf import app_settings
 from ...exceptions import Conflict, Validation
 from ...models import FINISHED_RUN_STATUSES, Interrupt, InterruptStatus
 from ...scope import Scope
-from ..base import async_twin, check_scope, clean_datetime, clean_epoch, clean_object, clean_text, parse_id
+from ..base import async_twin, check_scope, clean_datetime, clean_epoch, clean_text, parse_id
 from ..interrupts import (
     EXPIRED_RESPONSE,
+    Answer,
+    already_answered,
     answers_to_write,
+    check_resolved_at,
     clean_answers,
     clean_interrupt_id,
     clean_kind,
     clean_limit,
+    clean_payload,
     clean_status,
     interrupt_not_found,
+    settled_values,
 )
 from ..runs import clean_run_id, run_finished, run_not_found
+from ..times import clean_caller_time
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 from .runs import MemoryRunStore
 
@@ -48,13 +53,15 @@ class MemoryInterruptStore:
         kind: str,
         payload: dict[str, Any] | None = None,
         expires_at: datetime | None = None,
+        requested_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Interrupt:
         interrupt_id = parse_id(id, "id")
         run_pk = clean_run_id(run_id)
         kind = clean_kind(kind)
-        payload = clean_object(payload, "payload", max_bytes=app_settings.MAX_MESSAGE_BYTES)
+        payload = clean_payload(kind, payload)
         expires_at = clean_datetime(expires_at, "expires_at")
+        requested_at = clean_caller_time(requested_at, field="requested_at")
         epoch = clean_epoch(epoch)
         with self.db.lock:
             conversation = self._runs._producer_conversation(scope, conversation_id, epoch)
@@ -74,7 +81,7 @@ class MemoryInterruptStore:
                 conversation_id=conversation.pk,
                 kind=kind,
                 payload=payload,
-                requested_at=timezone.now(),
+                requested_at=requested_at or timezone.now(),
                 expires_at=expires_at,
                 epoch=epoch or 0,
             )
@@ -92,23 +99,29 @@ class MemoryInterruptStore:
             return clone(interrupt)
 
     def list(
-        self, scope: Scope, conversation_id: Any, *, status: str | None = None, run_id: Any = None
+        self, scope: Scope, conversation_id: Any = None, *, status: str | None = None, run_id: Any = None
     ) -> list[Interrupt]:
         status = clean_status(status)
-        run_pk = parse_id(run_id, "run_id") if run_id is not None else None
+        if conversation_id is None and run_id is None:
+            raise Validation("Name a conversation or a run.", field="conversation_id")
         with self.db.lock:
-            conversation = self.db.readable_conversation(scope, conversation_id)
+            if conversation_id is not None:
+                run_pk = parse_id(run_id, "run_id") if run_id is not None else None
+                conversation_pk = self.db.readable_conversation(scope, conversation_id).pk
+            else:
+                run = self._runs._readable(scope, run_id)
+                run_pk, conversation_pk = run.pk, run.conversation_id
             interrupts = [
                 interrupt
                 for interrupt in self.db.interrupts.values()
-                if interrupt.conversation_id == conversation.pk
+                if interrupt.conversation_id == conversation_pk
                 and (status is None or interrupt.status == status)
                 and (run_pk is None or interrupt.run_id == run_pk)
             ]
             return [clone(interrupt) for interrupt in by_request(interrupts)]
 
-    def pending(self, scope: Scope, conversation_id: Any) -> list[Interrupt]:
-        return self.list(scope, conversation_id, status=InterruptStatus.PENDING)
+    def pending(self, scope: Scope, conversation_id: Any = None, *, run_id: Any = None) -> list[Interrupt]:
+        return self.list(scope, conversation_id, status=InterruptStatus.PENDING, run_id=run_id)
 
     def has_pending(self, conversation_id: Any) -> bool:
         pk = parse_id(conversation_id, "conversation_id")
@@ -126,11 +139,13 @@ class MemoryInterruptStore:
         *,
         resolved_by: str | None = None,
         now: datetime | None = None,
+        resolved_at: datetime | None = None,
     ) -> list[Interrupt]:
         check_scope(scope)
         batch = clean_answers(answers)
         resolved_by = clean_text(resolved_by, "resolved_by", max_length=255, null=True) or scope.user
         now = clean_datetime(now, "now") or timezone.now()
+        resolved_at = clean_caller_time(resolved_at, field="resolved_at")
         ids = [answer.id for answer in batch]
         with self.db.lock:
             conversation = self.db.writable_conversation(scope, conversation_id)
@@ -153,11 +168,41 @@ class MemoryInterruptStore:
                     code="unanswered_interrupts",
                     ids=[str(pk) for pk in unanswered],
                 )
+            if resolved_at is not None:
+                check_resolved_at(resolved_at, [stored[answer.id] for answer in fresh])
             for answer in fresh:
                 interrupt = stored[answer.id]
-                interrupt.status, interrupt.response = InterruptStatus.RESOLVED, answer.response
-                interrupt.resolved_at, interrupt.resolved_by = now, resolved_by
+                for name, value in settled_values(answer, resolved_at or now, resolved_by).items():
+                    setattr(interrupt, name, value)
             return [clone(stored[pk]) for pk in ids]
+
+    def cancel(
+        self,
+        scope: Scope,
+        interrupt_id: Any,
+        *,
+        resolved_by: str | None = None,
+        resolved_at: datetime | None = None,
+        epoch: int | None = None,
+    ) -> Interrupt:
+        check_scope(scope)
+        pk = clean_interrupt_id(interrupt_id)
+        resolved_by = clean_text(resolved_by, "resolved_by", max_length=255, null=True) or scope.user
+        resolved_at = clean_caller_time(resolved_at, field="resolved_at")
+        epoch = clean_epoch(epoch)
+        with self.db.lock:
+            self.get(scope, pk)
+            interrupt = self.db.interrupts[pk]
+            self._runs._producer_conversation(scope, interrupt.conversation_id, epoch)
+            if interrupt.status == InterruptStatus.RESOLVED:
+                raise already_answered(interrupt)
+            if interrupt.status == InterruptStatus.PENDING:
+                if resolved_at is not None:
+                    check_resolved_at(resolved_at, [interrupt])
+                cancelled = Answer(id=pk, response=None, status=InterruptStatus.CANCELLED)
+                for name, value in settled_values(cancelled, resolved_at or timezone.now(), resolved_by).items():
+                    setattr(interrupt, name, value)
+            return clone(interrupt)
 
     def cancel_pending(
         self, scope: Scope, conversation_id: Any, *, run_id: Any = None, epoch: int | None = None
@@ -208,5 +253,6 @@ class MemoryInterruptStore:
     apending = async_twin("pending")
     ahas_pending = async_twin("has_pending")
     acommit_batch = async_twin("commit_batch")
+    acancel = async_twin("cancel")
     acancel_pending = async_twin("cancel_pending")
     aexpire_lapsed = async_twin("expire_lapsed")

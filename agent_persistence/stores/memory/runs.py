@@ -20,9 +20,12 @@ from ..runs import (
     clean_open_status,
     clean_run_id,
     clean_usage,
+    finish_time,
+    reclaim_cutoff,
     run_finished,
     run_not_found,
 )
+from ..times import clean_caller_time
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
@@ -73,9 +76,11 @@ class MemoryRunStore:
         message_id: Any,
         name: str = "",
         parent_id: Any = None,
+        started_at: datetime | None = None,
         epoch: int | None = None,
     ) -> Run:
         run_id = parse_id(id, "id")
+        started_at = clean_caller_time(started_at, field="started_at")
         turn_id = parse_id(message_id, "message_id")
         name = clean_text(name, "name", max_length=Run._meta.get_field("name").max_length) or ""
         parent_pk = clean_run_id(parent_id, "parent run") if parent_id is not None else None
@@ -97,7 +102,7 @@ class MemoryRunStore:
                 parent_id=parent_pk,
                 name=name,
                 status=RunStatus.RUNNING,
-                started_at=timezone.now(),
+                started_at=started_at or timezone.now(),
                 epoch=epoch or 0,
             )
             self.db.runs[run_id] = run
@@ -141,6 +146,18 @@ class MemoryRunStore:
             kids = [child for child in self.db.runs.values() if child.parent_id == run.pk]
             return [clone(child) for child in sorted(kids, key=lambda child: (child.started_at, child.pk))]
 
+    def list_reclaimable(self, older_than: Any, *, now: datetime | None = None, limit: int | None = None) -> list[Run]:
+        cutoff = reclaim_cutoff(older_than, now)
+        limit, _ = clean_paging(limit, 0)
+        with self.db.lock:
+            runs = [
+                run
+                for run in self.db.runs.values()
+                if run.status == RunStatus.RUNNING and run.detached_since is not None and run.detached_since <= cutoff
+            ]
+            runs.sort(key=lambda run: (run.detached_since, run.pk))
+            return [clone(run) for run in runs[:limit]]
+
     def is_cancel_requested(self, run_id: Any) -> bool:
         pk = parse_id(run_id, "run_id")
         with self.db.lock:
@@ -166,14 +183,22 @@ class MemoryRunStore:
             return clone(run)
 
     def finish(
-        self, scope: Scope, run_id: Any, status: str, *, error: dict[str, str] | None = None, epoch: int | None = None
+        self,
+        scope: Scope,
+        run_id: Any,
+        status: str,
+        *,
+        error: dict[str, str] | None = None,
+        finished_at: datetime | None = None,
+        epoch: int | None = None,
     ) -> Run:
         status = clean_finished_status(status)
         error = clean_error(error)
+        finished_at = clean_caller_time(finished_at, field="finished_at")
         epoch = clean_epoch(epoch)
         with self.db.lock:
             run = self._open(self._writable(scope, run_id, epoch))
-            run.status, run.error, run.finished_at = status, error, timezone.now()
+            run.status, run.error, run.finished_at = status, error, finish_time(run, finished_at)
             return clone(run)
 
     def mark_detached(
@@ -218,6 +243,7 @@ class MemoryRunStore:
     afind_active_run = async_twin("find_active_run")
     alist = async_twin("list")
     achildren = async_twin("children")
+    alist_reclaimable = async_twin("list_reclaimable")
     ais_cancel_requested = async_twin("is_cancel_requested")
     aadd_usage = async_twin("add_usage")
     aset_status = async_twin("set_status")

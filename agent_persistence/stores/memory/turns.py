@@ -199,7 +199,11 @@ class MemoryTurnStore:
             now = timezone.now()
             row = self.db.supervision.get(pk)
             interrupted = sorted(
-                (run for run in self.db.runs.values() if run.conversation_id == pk and run.status == RunStatus.INTERRUPTED),
+                (
+                    run
+                    for run in self.db.runs.values()
+                    if run.conversation_id == pk and run.status == RunStatus.INTERRUPTED and run.parent_id is None
+                ),
                 key=lambda run: (run.started_at, run.pk),
                 reverse=True,
             )
@@ -248,7 +252,7 @@ class MemoryTurnStore:
                    replica: str, now: datetime) -> tuple[int, str]:
         pk = conversation.pk
         runs = self._runs_of_turn(pk, row.message_id)
-        previous = runs[0] if runs else None
+        previous = next((run for run in runs if run.parent_id is None), None)
         agent_name = (previous.name if previous is not None and previous.name else "") or conversation.agent
         self._finish(runs, RunStatus.ABORTED, PRODUCER_LOST, now)
         old_message_id, old_epoch = row.message_id, row.epoch
@@ -345,14 +349,14 @@ class MemoryTurnStore:
             record = self.db.recordings.get(pk)
             partial = clone(record.message) if record is not None and record.message_id == row.message_id else {"content": ""}
             runs = self._runs_of_turn(pk, row.message_id)
-            run = runs[0] if runs else None
+            run = next((run for run in runs if run.parent_id is None), None)
             run_id = run.pk if run is not None else None
             old_message_id, old_epoch = row.message_id, row.epoch
             answer = self._answer(old_message_id, run_id, partial, stop_reason, error)
             epoch = self._claim(conversation, message_id=old_message_id, run_id=run_id, replica=replica, now=now)
             if run is not None:
                 run.epoch = epoch
-                self._finish(runs[1:], RunStatus.ABORTED, PRODUCER_LOST, now)
+                self._finish([other for other in runs if other is not run], RunStatus.ABORTED, PRODUCER_LOST, now)
             self.events.append(scope, pk, [lost_event(old_message_id, old_epoch)], run_id=run_id)
             self._write_end(scope, conversation, answer, run_id=run_id, epoch=epoch, seal=seal, stop_reason=stop_reason,
                             error=error)

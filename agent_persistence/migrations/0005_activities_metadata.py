@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agent_persistence', '0003_checkpoint_state_as_text'),
+        ('agent_persistence', '0004_run_lifecycle'),
     ]
 
     operations = [

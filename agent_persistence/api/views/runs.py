@@ -1,0 +1,84 @@
+"""Views of the run lifecycle: a run's subagent runs, the interrupts one run asked, cancelling one interrupt.
+
+Each is one store call. Reads follow the conversation's read rule; cancelling
+is the owner's. Cancelling one interrupt settles that question only: the turn
+that asked goes on once a batch (``POST conversations/<id>/interrupts/``)
+settles the rest, which may cancel entries too.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ...stores import interrupt_store, run_store
+from ..schema import extend_schema
+from ..serializers.base import error_responses
+from ..serializers.runs import RunListSerializer
+from ..serializers.turns import INTERRUPT_STATUS_FILTERS, InterruptListSerializer, InterruptSerializer, RunSerializer
+from .base import ScopedAPIView
+from .turns import RUN_ID, EmptyBody, read_body
+
+INTERRUPT_ID = OpenApiParameter(
+    "interrupt_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The interrupt's id."
+)
+TAGS = ["turns"]
+
+
+class RunChildrenView(ScopedAPIView):
+    """The run's child runs: the subagents it started, oldest first."""
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="runs_children",
+        parameters=[RUN_ID],
+        responses={200: RunListSerializer, **error_responses(401, 403, 404)},
+        description="The direct children (parent = this run), ordered by started_at then id. 404 run_not_found.",
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        children = run_store().children(self.scope, run_id)
+        return Response({"runs": RunSerializer(children, many=True).data})
+
+
+class RunInterruptsView(ScopedAPIView):
+    """The interrupts one run asked (a subagent's child run included), pending ones by default."""
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="runs_interrupts",
+        parameters=[
+            RUN_ID,
+            OpenApiParameter(
+                "status", OpenApiTypes.STR, enum=INTERRUPT_STATUS_FILTERS, description="Default pending; all for every one."
+            ),
+        ],
+        responses={200: InterruptListSerializer, **error_responses(400, 401, 403, 404)},
+        description="Ordered by requested_at then id. 404 run_not_found; 400 invalid for an unknown status.",
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        wanted = request.query_params.get("status") or "pending"
+        interrupts = interrupt_store().list(self.scope, run_id=run_id, status=None if wanted == "all" else wanted)
+        return Response({"interrupts": InterruptSerializer(interrupts, many=True).data})
+
+
+class CancelInterruptView(ScopedAPIView):
+    """Cancel one pending interrupt; cancelling it again returns it as it is."""
+
+    @extend_schema(
+        tags=TAGS,
+        operation_id="interrupts_cancel",
+        parameters=[INTERRUPT_ID],
+        request=None,
+        responses={200: InterruptSerializer, **error_responses(400, 401, 403, 404, 409, 415)},
+        description=(
+            "The interrupt becomes cancelled (resolved_at now, response null). 409 already_answered when it was "
+            "resolved; 404 interrupt_not_found; 403 conversation_not_owned for a reader of a shared conversation. "
+            "It does not drive the turn on: settle the remaining interrupts with a batch for that."
+        ),
+    )
+    def post(self, request: Request, interrupt_id: str) -> Response:
+        read_body(EmptyBody, request)
+        interrupt = interrupt_store().cancel(self.scope, interrupt_id)
+        return Response(InterruptSerializer(interrupt).data)
