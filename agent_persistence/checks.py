@@ -56,6 +56,7 @@ POSITIVE_NUMBERS = (
     "OAUTH_PENDING_TTL",
     "OAUTH_REFRESH_MARGIN",
     "OAUTH_HTTP_TIMEOUT",
+    "WS_TICKET_TTL",
 )
 
 # The largest single value each backend stores in a JSON or blob column.

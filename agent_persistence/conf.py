@@ -94,6 +94,8 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_REFRESH_MARGIN": 60.0,
     # Seconds an HTTP call to an authorization server may take.
     "OAUTH_HTTP_TIMEOUT": 10.0,
+    # Websocket tickets (POST ws-ticket/): seconds a ticket may wait before a socket spends it.
+    "WS_TICKET_TTL": 60.0,
 }
 
 # Keys whose value is an import string, resolved on first access.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.urls import path
 
 from .routes import conversations, files, oauth, tasks, turns
+from .routes import tickets
 from .schema import SchemaView
 
 app_name = "agent_persistence"
@@ -20,4 +21,5 @@ urlpatterns = [
     *tasks.urlpatterns,
     *oauth.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
+    *tickets.urlpatterns,
 ]

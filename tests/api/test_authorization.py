@@ -230,6 +230,9 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("mcp-callback", "GET"): Row(
         lambda w: "/api/mcp/oauth/callback/?state=unknown-state&code=x", {**everyone(400), "anon": 400}
     ),
+    # websocket tickets: any user gets one for their own scope; one bound to a conversation needs read access.
+    ("ws-ticket", "POST"): Row(lambda w: "/api/ws-ticket/", everyone(201)),
+    ("conversation-ws-ticket", "POST"): Row(conversation("ws-ticket"), read(201)),
 }
 
 
