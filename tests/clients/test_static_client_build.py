@@ -24,7 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("node") is None or shutil.which("np
 
 
 @pytest.mark.timeout(180)
-def test_the_shipped_static_client_is_what_the_sources_build(installed: None, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("installed")
+def test_the_shipped_static_client_is_what_the_sources_build(tmp_path: Path) -> None:
     result = run("npx", "tsc", "-p", "tsconfig.static.json", "--outDir", str(tmp_path), timeout=170)
     assert result.returncode == 0, f"{result.stdout[-5000:]}\n{result.stderr[-5000:]}"
     built = sorted(path.name for path in tmp_path.iterdir())

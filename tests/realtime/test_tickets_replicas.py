@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 import websockets
