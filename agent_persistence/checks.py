@@ -57,6 +57,7 @@ POSITIVE_NUMBERS = (
     "OAUTH_REFRESH_MARGIN",
     "OAUTH_HTTP_TIMEOUT",
     "IMPORT_CLOCK_SKEW",
+    "WS_TICKET_TTL",
 )
 
 # The largest single value each backend stores in a JSON or blob column.

@@ -94,9 +94,11 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_REFRESH_MARGIN": 60.0,
     # Seconds an HTTP call to an authorization server may take.
     "OAUTH_HTTP_TIMEOUT": 10.0,
-    # Seconds a caller-supplied time of an imported row (a message's created_at, a run's started_at ...) may lie ahead of this
-    # server's clock (agent_persistence.stores.times).
+    # Seconds a caller-supplied time of an imported row (a message's created_at, a run's
+    # started_at ...) may lie ahead of this server's clock (agent_persistence.stores.times).
     "IMPORT_CLOCK_SKEW": 300.0,
+    # Websocket tickets (POST ws-ticket/): seconds a ticket may wait before a socket spends it.
+    "WS_TICKET_TTL": 60.0,
 }
 
 # Keys whose value is an import string, resolved on first access.

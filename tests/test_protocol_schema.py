@@ -131,7 +131,8 @@ def test_the_schema_is_a_valid_draft_2020_12_document_shipped_in_the_package() -
         definition = SCHEMA["$defs"][ref["$ref"].rsplit("/", 1)[1]]
         kind = definition["properties"]["type"]["const"]
         assert set(definition["properties"]) - {"type"} == protocol.FIELDS[kind], kind
-    closes = {protocol.CLOSE_UNAUTHENTICATED, protocol.CLOSE_NOT_FOUND, protocol.CLOSE_TOO_MANY_SOCKETS, protocol.CLOSE_INTERNAL_ERROR}
+    closes = {protocol.CLOSE_UNAUTHENTICATED, protocol.CLOSE_NOT_FOUND, protocol.CLOSE_TOO_MANY_SOCKETS, protocol.CLOSE_INTERNAL_ERROR,
+              protocol.CLOSE_TICKET_REFUSED}
     assert set(SCHEMA["$defs"]["CloseCode"]["enum"]) == closes
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .routes import conversations, files, oauth, tasks, turns
+from .routes import activities, conversations, files, oauth, runs, tasks, tickets, turns
 from .schema import SchemaView
-from .routes import activities  # noqa: E402
 
 app_name = "agent_persistence"
 
@@ -20,10 +19,8 @@ urlpatterns = [
     *files.urlpatterns,
     *tasks.urlpatterns,
     *oauth.urlpatterns,
-    path("schema/", SchemaView.as_view(), name="schema"),
+    *runs.urlpatterns,
     *activities.urlpatterns,
+    *tickets.urlpatterns,
+    path("schema/", SchemaView.as_view(), name="schema"),
 ]
-
-from .routes import runs  # noqa: E402 - the run lifecycle's routes
-
-urlpatterns += runs.urlpatterns

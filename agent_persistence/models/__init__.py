@@ -8,6 +8,7 @@ from .oauth import McpClientInfo, McpIntegration
 from .runs import FINISHED_RUN_STATUSES, Interrupt, InterruptKind, InterruptStatus, Run, RunStatus
 from .tasks import Task, TaskStatus
 from .turns import AgentCheckpoint, StreamRecording, SupervisionStatus, TurnSupervision
+from .tickets import WebsocketTicket
 
 __all__ = [
     "AgentCheckpoint",
@@ -34,6 +35,7 @@ __all__ = [
     "Task",
     "TaskStatus",
     "TurnSupervision",
+    "WebsocketTicket",
 ]
 
 from .activities import Activity  # noqa: E402

@@ -39,7 +39,7 @@ from ..runtime.loop import run_async
 from ..runtime.turns import cancel_turn, continue_turn, resume_turn, start_turn
 from ..scope import Scope
 from ..stores.base import readable_conversation
-from . import protocol
+from . import protocol, tickets
 from .delivery import layer_spans_processes, relay
 from .follower import AccessLost, Follower
 from .sockets import sockets
@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_scope(channels_scope: dict[str, Any]) -> Scope | None:
+    """The socket's scope: its ``?ticket=``'s (spent now; TicketRefused) when it has one, else SCOPE_RESOLVER's."""
+    ticket = tickets.ticket_in(channels_scope)
+    if ticket is not None:
+        return tickets.redeem_ticket(ticket, channels_scope["url_route"]["kwargs"]["conversation_id"])
     return app_settings.SCOPE_RESOLVER(channels_scope)
 
 
@@ -84,7 +88,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.release()
 
     async def admit(self) -> None:
-        self.user_scope = await database_sync_to_async(resolve_scope)(self.scope)
+        try:
+            self.user_scope = await database_sync_to_async(resolve_scope)(self.scope)
+        except tickets.TicketRefused:
+            await self.close(code=protocol.CLOSE_TICKET_REFUSED)
+            return
         if self.user_scope is None:
             await self.close(code=protocol.CLOSE_UNAUTHENTICATED)
             return

@@ -16,6 +16,7 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404  # at connect, and when the conversation stops being readable
 CLOSE_TOO_MANY_SOCKETS = 4429  # over WEBSOCKET_MAX_PER_USER in this server process
 CLOSE_INTERNAL_ERROR = 1011  # the server could not open the socket (e.g. its database is down)
+CLOSE_TICKET_REFUSED = 4403  # ?ticket= expired, spent, tampered or for another conversation (realtime/tickets.py)
 
 CLIENT_TYPES = frozenset({"attach", "start", "stop", "answer", "resume"})
 # The fields each client frame may carry besides ``type``.

@@ -1,4 +1,8 @@
-"""The demo page: one conversation, streamed over the websocket, in as many tabs as you like."""
+"""The demo page: one conversation, streamed over the websocket, in as many tabs as you like.
+
+The page runs on the TypeScript client (``@agent-persistence/client``), served as the package's
+static asset ``agent_persistence/client/index.js``: no bundler, no build step to run the demo.
+"""
 
 from __future__ import annotations
 
@@ -28,5 +32,11 @@ def index(request: Any) -> HttpResponse:
     except NotFound:
         return redirect("/")
     messages = conversation_store().list_messages(scope, conversation.pk, limit=100).items
-    # Every registered agent can answer: the scripted demo and one per framework bridge.
-    return render(request, "demo/index.html", {"conversation": conversation, "messages": messages, "agents": agent_names()})
+    # The page renders the transcript from these (the same fields as GET .../messages/, which it reads
+    # again as turns start and end); every registered agent can answer: the demo and one per framework bridge.
+    transcript = [
+        {"id": str(message.pk), "role": message.role, "content": message.content, "tool_calls": message.tool_calls}
+        for message in messages
+    ]
+    context = {"conversation": conversation, "transcript": transcript, "agents": agent_names()}
+    return render(request, "demo/index.html", context)

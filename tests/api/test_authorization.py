@@ -245,6 +245,9 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("interrupt-cancel", "POST"): Row(
         lambda w: f"/api/interrupts/{w.interrupt_ids[0]}/cancel/", write(200), world="waiting"
     ),
+    # websocket tickets: any user gets one for their own scope; one bound to a conversation needs read access.
+    ("ws-ticket", "POST"): Row(lambda w: "/api/ws-ticket/", everyone(201)),
+    ("conversation-ws-ticket", "POST"): Row(conversation("ws-ticket"), read(201)),
 }
 
 

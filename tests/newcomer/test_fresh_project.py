@@ -7,8 +7,9 @@ documented settings, URLs, ``asgi.py`` and agent are applied from the files the 
 
 - the README tour: ``migrate`` and ``check``, the documented daphne command, the admin's static
   files, the curl that starts a turn, the browser-console snippet that follows it over the
-  websocket (in headless Chromium, logged in as the user), the curl that answers the approval,
-  and the final answer;
+  websocket with the TypeScript client served as a static file (in headless Chromium, logged in
+  as the user), the curl that answers the approval, the final answer, and a script that follows
+  the turn with a websocket ticket;
 - the tutorial: its ``manage.py shell`` script prints what the tutorial shows, and ``runserver``
   serves the admin, its static files and the websocket route.
 
@@ -108,9 +109,12 @@ async def follow_in_the_browser(base: str, cookie: str, conversation: str, termi
             header = await tab.evaluate("getComputedStyle(document.getElementById('header')).backgroundColor")
             assert header not in ("", "rgba(0, 0, 0, 0)"), header
 
-            await tab.evaluate(snippet("follow.js", **{"PASTE-THE-CONVERSATION-ID": conversation}))
-            await tab.wait_for("frames.some((frame) => frame.type === 'interrupt')", timeout=60)
-            asked = await tab.evaluate("frames.find((frame) => frame.type === 'interrupt').interrupts[0]")
+            # Pasted into the console: top-level await, as DevTools evaluates it (replMode).
+            pasted = await tab.call("Runtime.evaluate", expression=snippet("follow.js", **{"PASTE-THE-CONVERSATION-ID": conversation}),
+                                    replMode=True, awaitPromise=True)
+            assert "exceptionDetails" not in pasted, pasted
+            await tab.wait_for("client.state.interrupts.length > 0", timeout=60)
+            asked = await tab.evaluate("client.state.interrupts[0]")
             assert asked["kind"] == "tool_approval"
             assert asked["payload"] == {"tool_call_id": "weather-1", "name": "get_weather", "arguments": {"city": "Oslo"}}
 
@@ -120,14 +124,19 @@ async def follow_in_the_browser(base: str, cookie: str, conversation: str, termi
             assert answered["interrupts"][0]["status"] == "resolved"
             assert answered["continued"]["conversation_id"] == conversation
 
-            final = await tab.wait_for("frames.find((frame) => frame.type === 'final')", timeout=60)
+            final = await tab.wait_for("client.state.final", timeout=60)
             assert final["stop_reason"] == "completed"
             assert final["message"]["content"] == OSLO_ANSWER
             assert final["message"]["tool_calls"] == [
                 {"id": "weather-1", "name": "get_weather", "arguments": {"city": "Oslo"},
                  "result": {"city": "Oslo", "forecast": "light snow, -3 °C"}}
             ]
-            assert await tab.evaluate("answer") == OSLO_ANSWER
+            assert await tab.evaluate("client.text") == OSLO_ANSWER
+
+    # From a script: a ticket from the API (Basic auth), the socket opened with ?ticket= and an Origin.
+    (terminal.cwd / "follow.py").write_text(snippet("follow.py", port))
+    followed = terminal.run(snippet("follow_with_ticket.sh", port), timeout=120)
+    assert followed.strip().splitlines()[-1] == f"completed {OSLO_ANSWER}"
 
 
 def test_the_tutorial_in_a_fresh_project(terminal: Terminal) -> None:
@@ -160,5 +169,6 @@ async def assert_websocket_refuses_anonymous(port: int) -> None:
 
 def test_every_snippet_file_is_used() -> None:
     used = {"install.sh", "startproject.sh", "settings.py-tpl", "urls.py", "asgi.py", "agents.py", "setup.sh",
-            "serve.sh", "start_turn.sh", "follow.js", "answer.sh", "tutorial_shell.py", "tutorial_output.txt", "runserver.sh"}
+            "serve.sh", "start_turn.sh", "follow.js", "answer.sh", "tutorial_shell.py", "tutorial_output.txt", "runserver.sh",
+            "follow.py", "follow_with_ticket.sh"}
     assert {path.name for path in Path(SNIPPETS).iterdir() if path.is_file()} == used

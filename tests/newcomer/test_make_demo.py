@@ -64,6 +64,10 @@ def test_make_demo_serves_the_port_it_is_given(tmp_path: Path) -> None:
                 time.sleep(0.5)
         assert page.status_code == 200
         assert "Created superuser demo / demo." in log.read_text()
+        # The demo page imports the TypeScript client's committed ESM build: served as a static file, no bundler.
+        for name in ("index.js", "client.js", "emitter.js"):
+            module = httpx.get(f"http://127.0.0.1:{port}/static/agent_persistence/client/{name}", timeout=30)
+            assert module.status_code == 200 and "javascript" in module.headers["content-type"], (name, module.status_code)
     finally:
         os.killpg(demo.pid, signal.SIGTERM)
         try:

@@ -4,7 +4,8 @@
 - events older than ``EVENT_RETENTION`` seconds (kept forever when it is None);
 - stream recordings of finished turns older than ``RECORDING_RETENTION``;
 - lapsed interrupts (``expires_at`` passed) become cancelled;
-- expired MCP OAuth pending authorizations (a record left empty is deleted).
+- expired MCP OAuth pending authorizations (a record left empty is deleted);
+- websocket tickets that expired (spent or not).
 
 Each sweep repeats its batch until a batch comes back short, so one run
 catches up; every batch is its own short transaction, and several sweepers may
@@ -49,12 +50,19 @@ def sweep_oauth(batch: int) -> int:
     return integration_store().purge_expired_pendings(now=timezone.now(), limit=batch)
 
 
+def sweep_tickets(batch: int) -> int:
+    from ...realtime.tickets import purge_expired_tickets
+
+    return purge_expired_tickets(before=timezone.now(), limit=batch)
+
+
 SWEEPS: dict[str, Callable[[int], int]] = {
     "files": sweep_files,
     "events": sweep_events,
     "recordings": sweep_recordings,
     "interrupts": sweep_interrupts,
     "oauth": sweep_oauth,
+    "tickets": sweep_tickets,
 }
 
 

@@ -59,8 +59,10 @@ export interface ConversationClientOptions {
   /**
    * The socket's URL (`wss://host/ws/conversations/<id>/`), or a function of the attempt number
    * (0 for the first connection) that returns it, e.g. to go to another replica on reconnect.
+   * The function may return a promise, e.g. to fetch a fresh single-use ticket for every attempt
+   * (`?ticket=`); a rejected promise counts as a failed attempt.
    */
-  url: string | ((attempt: number) => string);
+  url: string | ((attempt: number) => string | Promise<string>);
   /** The WebSocket implementation; defaults to `globalThis.WebSocket` (Node 20 has none: pass `ws`). */
   WebSocket?: WebSocketConstructor;
   /** Passed as the constructor's third argument, e.g. `{ headers: { Cookie: "sessionid=..." } }` for `ws`. */
@@ -156,8 +158,8 @@ export class ProtocolError extends Error {
   }
 }
 
-/** Close codes after which reconnecting cannot help. */
-export const FATAL_CLOSE_CODES: ReadonlySet<number> = new Set([4401, 4404, 4429]);
+/** Close codes after which reconnecting cannot help (4403: a refused ticket). */
+export const FATAL_CLOSE_CODES: ReadonlySet<number> = new Set([4401, 4403, 4404, 4429]);
 
 const REPLIES = {
   start: "started",
@@ -203,6 +205,7 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
   private failures = 0;
   private closedByUser = false;
   private reconnectTimer: ReturnType<typeof setTimeout> | null = null;
+  private opening = false;
   private pending: Pending[] = [];
   private finalized = new Set<string>();
   private resumeSent: string | null = null;
@@ -251,7 +254,7 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
         }
       });
       try {
-        if (!this.socket) this.open();
+        if (!this.socket && !this.opening) this.open();
       } catch (error) {
         offOpen();
         offClose();
@@ -371,6 +374,25 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
       throw new Error("No WebSocket implementation: pass one as the WebSocket option (e.g. the ws package's).");
     }
     const url = typeof this.options.url === "function" ? this.options.url(this.attempt) : this.options.url;
+    if (typeof url !== "string") {
+      const attempt = this.attempt;
+      this.opening = true;
+      Promise.resolve(url).then(
+        (resolved) => {
+          this.opening = false;
+          if (!this.closedByUser && this.attempt === attempt) this.openAt(Implementation, resolved);
+        },
+        (error: unknown) => {
+          this.opening = false;
+          if (!this.closedByUser && this.attempt === attempt) this.onClosed(1006, String(error));
+        },
+      );
+      return;
+    }
+    this.openAt(Implementation, url);
+  }
+
+  private openAt(Implementation: WebSocketConstructor, url: string): void {
     const attempt = this.attempt;
     let socket: WebSocketLike;
     try {

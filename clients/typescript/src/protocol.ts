@@ -308,6 +308,6 @@ export type KnownErrorCode =
   | "interrupt_expired";
 
 /**
- * Close codes the server sends after the handshake: 4401 not authenticated, 4404 the conversation does not exist or may not be read (or stopped being readable), 4429 over WEBSOCKET_MAX_PER_USER sockets in this server process, 1011 the server could not open the socket. Others (1000, 1006, 1009) come from the ASGI server or the network.
+ * Close codes the server sends after the handshake: 4401 not authenticated, 4403 the ?ticket= was refused (expired, spent, altered or bound to another conversation), 4404 the conversation does not exist or may not be read (or stopped being readable), 4429 over WEBSOCKET_MAX_PER_USER sockets in this server process, 1011 the server could not open the socket. Others (1000, 1006, 1009) come from the ASGI server or the network.
  */
-export type CloseCode = 4401 | 4404 | 4429 | 1011;
+export type CloseCode = 4401 | 4403 | 4404 | 4429 | 1011;
