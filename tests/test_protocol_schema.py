@@ -27,6 +27,7 @@ from django.contrib.auth import get_user_model
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from agent_persistence.models import Interrupt
 from agent_persistence.realtime import protocol
 from agent_persistence.realtime.routing import websocket_urlpatterns
 from agent_persistence.scope import Scope
@@ -244,6 +245,29 @@ def test_every_frame_of_an_interrupt_answered_over_the_socket_matches_the_schema
         frames = socket.received
         assert {"interrupt", "answered", "final"} <= types(frames)
         assert any(frame["state"] == "interrupted" for frame in frames if frame["type"] == "status")
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(90)
+def test_a_question_cancelled_over_the_socket_matches_the_schema_and_ends_the_turn(owner: Any) -> None:
+    async def scenario() -> None:
+        conversation_id = await sync_to_async(make_conversation)(owner, "approval")
+        socket = await connect(conversation_id, owner)
+        await socket.send({"type": "start", "content": "go"})
+        client = await socket.follow(StreamClient(), until="interrupt")
+        interrupt = client.frames[-1]["interrupts"][0]
+        await socket.send({"type": "answer", "answers": [{"id": interrupt["id"], "status": "cancelled"}]})
+        await socket.follow(client)
+        await socket.close()
+        assert client.final is not None and client.final["stop_reason"] == "completed"
+        results = [call["result"] for call in client.final["message"]["tool_calls"]]
+        assert results == [{"denied": True, "reason": None, "cancelled": True}]
+        answered = [frame for frame in socket.received if frame["type"] == "answered"]
+        assert answered and answered[0]["interrupts"] == [interrupt["id"]]
+        stored = await sync_to_async(Interrupt.objects.get)(pk=interrupt["id"])
+        assert stored.status == "cancelled"
 
     async_to_sync(scenario)()
 

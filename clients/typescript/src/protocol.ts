@@ -23,6 +23,22 @@ export type Uuid = string;
  */
 export type JsonValue = unknown;
 /**
+ * One entry of a batch: an answer (status resolved, the default) or a cancellation of the question.
+ */
+export type InterruptAnswer =
+  | {
+      id: Uuid;
+      response: JsonValue;
+      status?: "resolved";
+    }
+  | {
+      id: Uuid;
+      /**
+       * Cancel the question: the agent reads it as refused.
+       */
+      status: "cancelled";
+    };
+/**
  * A frame the server sends. Clients should ignore fields they do not know.
  */
 export type ServerFrame =
@@ -88,10 +104,6 @@ export interface AnswerFrame {
    * @minItems 1
    */
   answers: [InterruptAnswer, ...InterruptAnswer[]];
-}
-export interface InterruptAnswer {
-  id: Uuid;
-  response: JsonValue;
 }
 /**
  * Resume a turn whose producer is dead, in this server process. Reply: resumed.
