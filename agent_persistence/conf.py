@@ -94,6 +94,14 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_REFRESH_MARGIN": 60.0,
     # Seconds an HTTP call to an authorization server may take.
     "OAUTH_HTTP_TIMEOUT": 10.0,
+    # Blobs, artifacts and generation runs (TanStack parity, issue 11).
+    "BLOB_STORE": "agent_persistence.stores.blobs.BlobStore",
+    "ARTIFACT_STORE": "agent_persistence.stores.artifacts.ArtifactStore",
+    "GENERATION_RUN_STORE": "agent_persistence.stores.generations.GenerationRunStore",
+    # Blobs: the storage alias (settings.STORAGES), the folder inside it, the largest blob in bytes.
+    "BLOB_STORAGE": "default",
+    "BLOB_UPLOAD_TO": "agent_persistence/blobs/%Y/%m/%d/",
+    "MAX_BLOB_BYTES": 100 * MIB,
 }
 
 # Keys whose value is an import string, resolved on first access.
@@ -112,6 +120,9 @@ IMPORT_STRINGS = frozenset(
         "TURN_STORE",
         "SCOPE_RESOLVER",
         "OAUTH_REPOSITORY",
+        "BLOB_STORE",
+        "ARTIFACT_STORE",
+        "GENERATION_RUN_STORE",
     }
 )
 

@@ -35,3 +35,7 @@ __all__ = [
     "TaskStatus",
     "TurnSupervision",
 ]
+
+from .artifacts import Artifact, Blob, GenerationRun  # noqa: E402  (issue 11: blobs, artifacts, generation runs)
+
+__all__ += ["Artifact", "Blob", "GenerationRun"]

@@ -98,3 +98,20 @@ def recording_store() -> RecordingStoreProtocol:
 
 def checkpoint_store() -> CheckpointStoreProtocol:
     return cast(CheckpointStoreProtocol, get_store("CHECKPOINT_STORE"))
+
+
+# -- blobs, artifacts and generation runs (issue 11) ---------------------------------------------
+
+from .protocols import ArtifactStoreProtocol, BlobStoreProtocol, GenerationRunStoreProtocol  # noqa: E402
+
+
+def blob_store() -> BlobStoreProtocol:
+    return cast(BlobStoreProtocol, get_store("BLOB_STORE"))
+
+
+def artifact_store() -> ArtifactStoreProtocol:
+    return cast(ArtifactStoreProtocol, get_store("ARTIFACT_STORE"))
+
+
+def generation_run_store() -> GenerationRunStoreProtocol:
+    return cast(GenerationRunStoreProtocol, get_store("GENERATION_RUN_STORE"))
