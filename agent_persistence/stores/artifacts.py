@@ -64,6 +64,20 @@ def run_not_found() -> NotFound:
     return NotFound("No such run.", code="run_not_found")
 
 
+def run_pk(run_id: Any) -> uuid.UUID:
+    try:
+        return lookup_id(run_id, "run")
+    except NotFound:
+        raise run_not_found() from None
+
+
+def artifact_pk(artifact_id: Any) -> uuid.UUID:
+    try:
+        return lookup_id(artifact_id, "artifact")
+    except NotFound:
+        raise artifact_not_found() from None
+
+
 def visible_artifacts(scope: Scope) -> Any:
     """The artifacts ``scope`` may read: those of conversations it may read, and its own generations'."""
     return Artifact.objects.filter(
@@ -93,7 +107,7 @@ class RunTarget:
 def readable_target(scope: Scope, run_id: Any) -> RunTarget:
     """The chat run or generation run ``run_id`` if ``scope`` may read it; NotFound("run_not_found") otherwise."""
     check_scope(scope)
-    pk = lookup_id(run_id, "run")
+    pk = run_pk(run_id)
     run = Run.objects.filter(pk=pk, conversation__in=Conversation.objects.filter(readable(scope))).first()
     if run is not None:
         return RunTarget(run=run)
@@ -172,7 +186,7 @@ class ArtifactStore:
     def get(self, scope: Scope, artifact_id: Any) -> Artifact:
         """The artifact's record if ``scope`` may read it; NotFound("artifact_not_found") otherwise."""
         check_scope(scope)
-        artifact = visible_artifacts(scope).filter(pk=lookup_id(artifact_id, "artifact")).select_related("blob").first()
+        artifact = visible_artifacts(scope).filter(pk=artifact_pk(artifact_id)).select_related("blob").first()
         if artifact is None:
             raise artifact_not_found()
         return artifact

@@ -17,8 +17,8 @@ from ...exceptions import NotFound
 from ...ids import uuid7
 from ...models import Artifact
 from ...scope import Scope
-from ..artifacts import ORDERING, artifact_blob_key, artifact_not_found, clean_artifact_name, run_not_found
-from ..base import Page, async_twin, check_scope, clean_object, clean_paging, lookup_id
+from ..artifacts import ORDERING, artifact_blob_key, artifact_not_found, artifact_pk, clean_artifact_name, run_not_found, run_pk
+from ..base import Page, async_twin, check_scope, clean_object, clean_paging
 from ..blobs import BlobRead, ByteRange, clean_range, read_range
 from ..files import Content, clean_content_type
 from ..generations import MAX_METADATA_BYTES
@@ -40,7 +40,7 @@ class MemoryArtifactStore:
     def readable_target(self, scope: Scope, run_id: Any) -> tuple[Any, Any]:
         """``(chat run, None)`` or ``(None, generation run)`` if ``scope`` may read it; NotFound otherwise."""
         check_scope(scope)
-        pk = lookup_id(run_id, "run")
+        pk = run_pk(run_id)
         run = self.db.runs.get(pk)
         conversation = None if run is None else self.db.conversations.get(run.conversation_id)
         if conversation is not None and self.db.may_read(scope, conversation):
@@ -59,7 +59,7 @@ class MemoryArtifactStore:
 
     def visible(self, scope: Scope, artifact_id: Any) -> Artifact:
         check_scope(scope)
-        artifact = self.db.artifacts.get(lookup_id(artifact_id, "artifact"))
+        artifact = self.db.artifacts.get(artifact_pk(artifact_id))
         if artifact is not None:
             if artifact.conversation_id is None:
                 if (artifact.tenant, artifact.owner) == (scope.tenant, scope.user):
