@@ -21,3 +21,8 @@ urlpatterns = [
     *oauth.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
 ]
+
+# Artifacts and generation runs (issue 11).
+from .routes import artifacts  # noqa: E402
+
+urlpatterns += artifacts.urlpatterns
