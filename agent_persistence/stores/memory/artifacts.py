@@ -25,7 +25,7 @@ from ..generations import MAX_METADATA_BYTES
 from .blobs import read_content, write_blob
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
-from .generations import MemoryGenerationRunStore
+from .generations import visible_generation_run, writable_generation_run
 
 
 class MemoryArtifactStore:
@@ -33,11 +33,10 @@ class MemoryArtifactStore:
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
         self.db = database or DEFAULT_DATABASE
-        self.generations = MemoryGenerationRunStore(self.db)
 
     # -- access (the caller holds the lock) -------------------------------------------------------
 
-    def readable_target(self, scope: Scope, run_id: Any) -> tuple[Any, Any]:
+    def _readable_target(self, scope: Scope, run_id: Any) -> tuple[Any, Any]:
         """``(chat run, None)`` or ``(None, generation run)`` if ``scope`` may read it; NotFound otherwise."""
         check_scope(scope)
         pk = run_pk(run_id)
@@ -45,19 +44,19 @@ class MemoryArtifactStore:
         conversation = None if run is None else self.db.conversations.get(run.conversation_id)
         if conversation is not None and self.db.may_read(scope, conversation):
             return run, None
-        generation_run = self.generations.visible(scope, pk)
+        generation_run = visible_generation_run(self.db, scope, pk)
         if generation_run is not None:
             return None, generation_run
         raise run_not_found()
 
-    def writable_target(self, scope: Scope, run_id: Any) -> tuple[Any, Any]:
-        run, generation_run = self.readable_target(scope, run_id)
+    def _writable_target(self, scope: Scope, run_id: Any) -> tuple[Any, Any]:
+        run, generation_run = self._readable_target(scope, run_id)
         if run is not None:
             self.db.writable_conversation(scope, run.conversation_id)
             return run, None
-        return None, self.generations.writable(scope, generation_run.pk)
+        return None, writable_generation_run(self.db, scope, generation_run.pk)
 
-    def visible(self, scope: Scope, artifact_id: Any) -> Artifact:
+    def _visible(self, scope: Scope, artifact_id: Any) -> Artifact:
         check_scope(scope)
         artifact = self.db.artifacts.get(artifact_pk(artifact_id))
         if artifact is not None:
@@ -87,11 +86,11 @@ class MemoryArtifactStore:
         name = clean_artifact_name(name)
         metadata = clean_object(metadata, "metadata", max_bytes=MAX_METADATA_BYTES)
         with self.db.lock:
-            self.writable_target(scope, run_id)  # refuse before reading the content
+            self._writable_target(scope, run_id)  # refuse before reading the content
         payload = read_content(content)
         with self.db.lock:
             # Checked again: the run may have gone while the content was read.
-            run, generation_run = self.writable_target(scope, run_id)
+            run, generation_run = self._writable_target(scope, run_id)
             target = run or generation_run
             artifact_id = uuid7()
             blob = write_blob(self.db, scope.tenant, artifact_blob_key(target.pk, artifact_id), payload, media_type)
@@ -114,11 +113,11 @@ class MemoryArtifactStore:
 
     def get(self, scope: Scope, artifact_id: Any) -> Artifact:
         with self.db.lock:
-            return clone(self.visible(scope, artifact_id))
+            return clone(self._visible(scope, artifact_id))
 
     def open(self, scope: Scope, artifact_id: Any) -> tuple[Artifact, IO[bytes]]:
         with self.db.lock:
-            artifact = self.visible(scope, artifact_id)
+            artifact = self._visible(scope, artifact_id)
             payload = self.db.blob_contents.get(artifact.blob_id)
             if payload is None:
                 raise NotFound("The content of this artifact is missing.", code="artifact_content_missing")
@@ -137,7 +136,7 @@ class MemoryArtifactStore:
 
     def list_by_run(self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
         with self.db.lock:
-            run, generation_run = self.readable_target(scope, run_id)
+            run, generation_run = self._readable_target(scope, run_id)
             if run is not None:
                 rows = [row for row in self.db.artifacts.values() if row.run_id == run.pk]
             else:
@@ -154,13 +153,13 @@ class MemoryArtifactStore:
 
     def delete(self, scope: Scope, artifact_id: Any) -> None:
         with self.db.lock:
-            artifact = self.visible(scope, artifact_id)
-            self.writable_target(scope, artifact.source_run_id)
+            artifact = self._visible(scope, artifact_id)
+            self._writable_target(scope, artifact.source_run_id)
             self.db.delete_artifacts(lambda row: row.pk == artifact.pk)
 
     def delete_for_run(self, scope: Scope, run_id: Any) -> int:
         with self.db.lock:
-            run, generation_run = self.writable_target(scope, run_id)
+            run, generation_run = self._writable_target(scope, run_id)
             if run is not None:
                 return self.db.delete_artifacts(lambda row: row.run_id == run.pk)
             return self.db.delete_artifacts(lambda row: row.generation_run_id == generation_run.pk)

@@ -14,31 +14,33 @@ from ..generations import MAX_METADATA_BYTES, changes_of, clean_kind, clean_slot
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
+def visible_generation_run(db: MemoryDatabase, scope: Scope, run_id: Any) -> GenerationRun | None:
+    """The stored run if ``scope`` may read it, else None (the caller holds the lock): the rules of stores.generations."""
+    check_scope(scope)
+    run = db.generation_runs.get(lookup_id(run_id, "generation run"))
+    if run is None:
+        return None
+    if (run.tenant, run.owner) == (scope.tenant, scope.user):
+        return run
+    conversation = None if run.conversation_id is None else db.conversations.get(run.conversation_id)
+    return run if conversation is not None and db.may_read(scope, conversation) else None
+
+
+def writable_generation_run(db: MemoryDatabase, scope: Scope, run_id: Any) -> GenerationRun:
+    """The stored run if ``scope`` created it; ConversationNotOwned for a reader, else NotFound."""
+    run = visible_generation_run(db, scope, run_id)
+    if run is None:
+        raise generation_not_found()
+    if (run.tenant, run.owner) != (scope.tenant, scope.user):
+        raise ConversationNotOwned()
+    return run
+
+
 class MemoryGenerationRunStore:
     """Generation runs in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
         self.db = database or DEFAULT_DATABASE
-
-    # -- access (the rules of stores.generations, on these dicts; the caller holds the lock) ------
-
-    def visible(self, scope: Scope, run_id: Any) -> GenerationRun | None:
-        check_scope(scope)
-        run = self.db.generation_runs.get(lookup_id(run_id, "generation run"))
-        if run is None:
-            return None
-        if (run.tenant, run.owner) == (scope.tenant, scope.user):
-            return run
-        conversation = None if run.conversation_id is None else self.db.conversations.get(run.conversation_id)
-        return run if conversation is not None and self.db.may_read(scope, conversation) else None
-
-    def writable(self, scope: Scope, run_id: Any) -> GenerationRun:
-        run = self.visible(scope, run_id)
-        if run is None:
-            raise generation_not_found()
-        if (run.tenant, run.owner) != (scope.tenant, scope.user):
-            raise ConversationNotOwned()
-        return run
 
     # -- the store ------------------------------------------------------------------------------
 
@@ -80,7 +82,7 @@ class MemoryGenerationRunStore:
 
     def get(self, scope: Scope, run_id: Any) -> GenerationRun:
         with self.db.lock:
-            run = self.visible(scope, run_id)
+            run = visible_generation_run(self.db, scope, run_id)
             if run is None:
                 raise generation_not_found()
             return clone(run)
@@ -103,7 +105,7 @@ class MemoryGenerationRunStore:
             return None
         with self.db.lock:
             try:
-                run = self.writable(scope, uuid_of)
+                run = writable_generation_run(self.db, scope, uuid_of)
             except NotFound:
                 return None
             changes = changes_of(
@@ -126,7 +128,7 @@ class MemoryGenerationRunStore:
 
     def delete(self, scope: Scope, run_id: Any) -> None:
         with self.db.lock:
-            run = self.writable(scope, run_id)
+            run = writable_generation_run(self.db, scope, run_id)
             del self.db.generation_runs[run.pk]
             self.db.delete_artifacts(lambda row: row.generation_run_id == run.pk)
 
