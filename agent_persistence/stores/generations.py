@@ -189,7 +189,7 @@ class GenerationRunStore:
 
     def _original(self, scope: Scope, run: GenerationRun) -> GenerationRun:
         if (run.tenant, run.owner) != (scope.tenant, scope.user):
-            raise Conflict("A generation run with this id belongs to someone else.", code="generation_run_id_taken")
+            raise Conflict("This id is already taken; choose another.", code="generation_run_id_taken")
         return run
 
     def get(self, scope: Scope, run_id: Any) -> GenerationRun:

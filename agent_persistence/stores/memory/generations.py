@@ -74,7 +74,7 @@ class MemoryGenerationRunStore:
             existing = self.db.generation_runs.get(run_id)
             if existing is not None:
                 if (existing.tenant, existing.owner) != (scope.tenant, scope.user):
-                    raise Conflict("A generation run with this id belongs to someone else.", code="generation_run_id_taken")
+                    raise Conflict("This id is already taken; choose another.", code="generation_run_id_taken")
                 return clone(existing)
             run = GenerationRun(id=run_id, tenant=scope.tenant, owner=scope.user, conversation_id=conversation_pk, **fields)
             self.db.generation_runs[run_id] = run
