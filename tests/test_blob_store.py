@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from agent_persistence.stores.blobs import ByteRange, parse_range_header, prefix_upper_bound
 from agent_persistence.testing.blobs import TENANT, BlobStoreContract
@@ -33,6 +33,19 @@ class TestBlobStore(BlobStoreContract):
     def test_storage_names_never_carry_the_key(self, store: Any) -> None:
         blob = store.put(TENANT, "reports/secret-name.pdf", b"x")
         assert "secret" not in blob.content.name and blob.content.name.startswith("agent_persistence/blobs/")
+
+
+    @pytest.mark.django_db
+    def test_keys_are_byte_ordered_on_postgresql_whatever_the_database_collation(self) -> None:
+        """The key column carries the "C" collation, so range scans and ORDER BY follow code points."""
+        if connection.vendor != "postgresql":
+            pytest.skip("PostgreSQL only: SQLite compares text byte for byte by default")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT collation_name FROM information_schema.columns WHERE table_name = %s AND column_name = %s",
+                ["agent_persistence_blob", "key"],
+            )
+            assert cursor.fetchone() == ("C",)
 
 
 class TestMemoryBlobStore(BlobStoreContract):

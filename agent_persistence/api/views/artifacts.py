@@ -25,7 +25,7 @@ from ...stores import artifact_store, generation_run_store
 from ...stores.blobs import parse_range_header
 from ...stores.generations import generation_not_found
 from ..pagination import page_body, paging
-from ..schema import extend_schema
+from ..schema import NO_NUL_PATTERN, extend_schema
 from ..serializers.artifacts import (
     ArtifactPageSerializer,
     ArtifactSerializer,
@@ -44,7 +44,12 @@ RANGE = OpenApiParameter(
 IF_RANGE = OpenApiParameter(
     "If-Range", str, OpenApiParameter.HEADER, required=False, description="Serve the range only if the ETag still matches."
 )
-SLOT = OpenApiParameter("slot", str, required=True, description="The slot whose latest generation run to return.")
+SLOT = OpenApiParameter(
+    "slot",
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": NO_NUL_PATTERN},
+    required=True,
+    description="The slot whose latest generation run to return (1 to 255 characters, no NUL).",
+)
 
 
 def artifact_body(artifact: Any) -> dict[str, Any]:
