@@ -37,6 +37,7 @@ __all__ = [
     "RunAdmin",
     "StreamRecordingAdmin",
     "TurnSupervisionAdmin",
+    "artifacts",
     "conversations",
     "files",
     "oauth",
