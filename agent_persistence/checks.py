@@ -384,3 +384,42 @@ def check_store_families(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 # The activity store's producer writes are fenced through the supervision rows: it belongs to the family too.
 TURN_FAMILY_STORES = (*TURN_FAMILY_STORES, "ACTIVITY_STORE")
+
+# -- blobs, artifacts and generation runs (issue 11) ----------------------------------------------
+
+#: Stores that read the conversation store's rows (access rules, cascades): one family with it.
+CONVERSATION_FAMILY_STORES = ("CONVERSATION_STORE", "RUN_STORE", "ARTIFACT_STORE", "GENERATION_RUN_STORE")
+
+
+@register(Tags.compatibility)
+def check_blob_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """E005 for ``BLOB_STORAGE``, E003 for ``MAX_BLOB_BYTES``, E011 for artifacts of another family."""
+    errors: list[Any] = []
+    alias = app_settings.raw("BLOB_STORAGE")
+    if alias not in (getattr(settings, "STORAGES", {}) or {}):
+        errors.append(
+            Error(f"{SETTING_NAME}['BLOB_STORAGE'] names {alias!r}, which is not in settings.STORAGES.",
+                  id="agent_persistence.E005")
+        )
+    limit = app_settings.raw("MAX_BLOB_BYTES")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        errors.append(
+            Error(f"{SETTING_NAME}['MAX_BLOB_BYTES'] must be a whole number of bytes, 1 or more, not {limit!r}.",
+                  id="agent_persistence.E003")
+        )
+    families: dict[str, list[str]] = {}
+    for name in CONVERSATION_FAMILY_STORES:
+        try:
+            families.setdefault(store_family(getattr(app_settings, name)), []).append(name)
+        except Exception:  # noqa: BLE001 - an import string that does not import is E002's to report
+            return errors
+    if len(families) > 1:
+        described = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
+        errors.append(
+            Error(
+                f"{SETTING_NAME} mixes store families for artifacts and generation runs ({described}).",
+                hint="Artifacts and generation runs read the conversations and runs of their own family: swap them together.",
+                id="agent_persistence.E011",
+            )
+        )
+    return errors

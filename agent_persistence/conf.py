@@ -99,6 +99,14 @@ DEFAULTS: dict[str, Any] = {
     "IMPORT_CLOCK_SKEW": 300.0,
     # Websocket tickets (POST ws-ticket/): seconds a ticket may wait before a socket spends it.
     "WS_TICKET_TTL": 60.0,
+    # Blobs, artifacts and generation runs (TanStack parity, issue 11).
+    "BLOB_STORE": "agent_persistence.stores.blobs.BlobStore",
+    "ARTIFACT_STORE": "agent_persistence.stores.artifacts.ArtifactStore",
+    "GENERATION_RUN_STORE": "agent_persistence.stores.generations.GenerationRunStore",
+    # Blobs: the storage alias (settings.STORAGES), the folder inside it, the largest blob in bytes.
+    "BLOB_STORAGE": "default",
+    "BLOB_UPLOAD_TO": "agent_persistence/blobs/%Y/%m/%d/",
+    "MAX_BLOB_BYTES": 100 * MIB,
 }
 
 # Keys whose value is an import string, resolved on first access.
@@ -117,6 +125,9 @@ IMPORT_STRINGS = frozenset(
         "TURN_STORE",
         "SCOPE_RESOLVER",
         "OAUTH_REPOSITORY",
+        "BLOB_STORE",
+        "ARTIFACT_STORE",
+        "GENERATION_RUN_STORE",
     }
 )
 

@@ -83,3 +83,10 @@ class PreconditionFailed(AgentPersistenceError):
 class Gone(AgentPersistenceError):
     code = "gone"
     default_message = "This is no longer available."
+
+
+class RangeNotSatisfiable(AgentPersistenceError):
+    """No byte of the requested range exists (it starts at or past the end); ``details["size"]`` is the size."""
+
+    code = "range_not_satisfiable"
+    default_message = "The requested range is not within the content."

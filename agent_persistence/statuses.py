@@ -78,3 +78,24 @@ class SupervisionStatus(models.TextChoices):
     RUNNING = "running", _("running")
     DONE = "done", _("done")
     ERRORED = "errored", _("errored")
+
+
+class GenerationKind(models.TextChoices):
+    """What a generation run makes (a chat is a Run, not one of these)."""
+
+    IMAGE = "image", _("image")
+    AUDIO = "audio", _("audio")
+    SPEECH = "speech", _("speech")
+    VIDEO = "video", _("video")
+    TRANSCRIPTION = "transcription", _("transcription")
+
+
+class GenerationStatus(models.TextChoices):
+    RUNNING = "running", _("running")
+    COMPLETED = "completed", _("completed")
+    FAILED = "failed", _("failed")
+    ABORTED = "aborted", _("aborted")
+
+
+#: A generation run in one of these has a ``finished_at``.
+FINISHED_GENERATION_STATUSES = (GenerationStatus.COMPLETED, GenerationStatus.FAILED, GenerationStatus.ABORTED)

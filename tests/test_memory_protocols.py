@@ -29,6 +29,9 @@ PROTOCOLS = {
     "SUPERVISION_STORE": protocols.SupervisionStoreProtocol,
     "RECORDING_STORE": protocols.RecordingStoreProtocol,
     "CHECKPOINT_STORE": protocols.CheckpointStoreProtocol,
+    "BLOB_STORE": protocols.BlobStoreProtocol,
+    "ARTIFACT_STORE": protocols.ArtifactStoreProtocol,
+    "GENERATION_RUN_STORE": protocols.GenerationRunStoreProtocol,
 }
 PROTOCOLS.update({
     "ACTIVITY_STORE": protocols.ActivityStoreProtocol,

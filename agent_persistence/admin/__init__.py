@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.apps import apps
 from django.contrib import admin
 
-from . import conversations, files, oauth, runtime, tasks
+from . import artifacts, conversations, files, oauth, runtime, tasks
 from .base import ReadOnlyAdmin
 from .conversations import ConversationAdmin, MessageAdmin
 from .oauth import McpClientInfoAdmin, McpIntegrationAdmin
@@ -37,6 +37,7 @@ __all__ = [
     "RunAdmin",
     "StreamRecordingAdmin",
     "TurnSupervisionAdmin",
+    "artifacts",
     "conversations",
     "files",
     "oauth",

@@ -29,6 +29,7 @@ STATUS_BY_ERROR: list[tuple[type[domain.AgentPersistenceError], int]] = [
     (domain.Gone, status.HTTP_410_GONE),
     (domain.StorageLimit, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE),
     (domain.Validation, status.HTTP_400_BAD_REQUEST),
+    (domain.RangeNotSatisfiable, status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE),
 ]
 
 DRF_CODES = {

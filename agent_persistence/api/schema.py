@@ -40,6 +40,8 @@ ENUM_NAME_OVERRIDES = {
     "TaskStatusEnum": "agent_persistence.models.TaskStatus",
     "RoleEnum": "agent_persistence.models.Role",
     "LastTurnStatusEnum": "agent_persistence.models.LastTurnStatus",
+    "GenerationStatusEnum": "agent_persistence.statuses.GenerationStatus",
+    "GenerationKindEnum": "agent_persistence.statuses.GenerationKind",
 }
 
 #: Each create's operationId -> (its success status, {path parameter: runtime expression giving it}).
@@ -52,6 +54,7 @@ CREATES: dict[str, tuple[str, dict[str, str]]] = {
     "files_create": ("201", {"file_id": "$response.body#/id"}),
     "tasks_create": ("201", {"task_id": "$response.body#/id"}),
     "turns_start": ("202", {"conversation_id": "$response.body#/conversation_id", "run_id": "$response.body#/run_id"}),
+    "generation_runs_create": ("200", {"generation_run_id": "$response.body#/id"}),
 }
 
 

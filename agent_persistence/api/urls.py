@@ -24,3 +24,8 @@ urlpatterns = [
     *tickets.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
 ]
+
+# Artifacts and generation runs (issue 11).
+from .routes import artifacts  # noqa: E402
+
+urlpatterns += artifacts.urlpatterns

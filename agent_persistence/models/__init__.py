@@ -42,3 +42,6 @@ from .activities import Activity  # noqa: E402
 from .metadata import MetadataEntry  # noqa: E402
 
 __all__ += ["Activity", "MetadataEntry"]
+from .artifacts import Artifact, Blob, GenerationRun  # noqa: E402  (issue 11: blobs, artifacts, generation runs)
+
+__all__ += ["Artifact", "Blob", "GenerationRun"]

@@ -109,3 +109,18 @@ def metadata_store() -> MetadataStoreProtocol:
 
 
 from .protocols import ActivityStoreProtocol, MetadataStoreProtocol  # noqa: E402
+# -- blobs, artifacts and generation runs (issue 11) ---------------------------------------------
+
+from .protocols import ArtifactStoreProtocol, BlobStoreProtocol, GenerationRunStoreProtocol  # noqa: E402
+
+
+def blob_store() -> BlobStoreProtocol:
+    return cast(BlobStoreProtocol, get_store("BLOB_STORE"))
+
+
+def artifact_store() -> ArtifactStoreProtocol:
+    return cast(ArtifactStoreProtocol, get_store("ARTIFACT_STORE"))
+
+
+def generation_run_store() -> GenerationRunStoreProtocol:
+    return cast(GenerationRunStoreProtocol, get_store("GENERATION_RUN_STORE"))

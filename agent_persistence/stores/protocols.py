@@ -1550,3 +1550,223 @@ class MetadataStoreProtocol(Protocol):
 
 
 __all__ += ["ActivityStoreProtocol", "MetadataStoreProtocol"]
+
+
+# -- blobs, artifacts and generation runs (issue 11) ----------------------------------------------
+
+if TYPE_CHECKING:
+    from ..models import Artifact, Blob, GenerationRun
+    from .blobs import BlobPage, BlobRead, ByteRange
+
+
+@runtime_checkable
+class BlobStoreProtocol(Protocol):
+    """Bytes under caller keys, per tenant; see ``docs/reference/stores/blobs.md``."""
+
+    def put(self, tenant: str, key: str, content: Content, *, content_type: str | None = None) -> Blob:
+        """Store ``content`` under ``key``, replacing what it held; the blob's row."""
+        ...
+
+    def head(self, tenant: str, key: str) -> Blob | None:
+        """The blob's row without its bytes; None when the key holds nothing."""
+        ...
+
+    def open(self, tenant: str, key: str) -> tuple[Blob, IO[bytes]]:
+        """The blob's row and its bytes opened for reading (the caller closes them); NotFound when absent."""
+        ...
+
+    def get(self, tenant: str, key: str, *, byte_range: ByteRange | None = None) -> BlobRead:
+        """The blob's bytes, or only ``byte_range`` of them; NotFound, RangeNotSatisfiable."""
+        ...
+
+    def delete(self, tenant: str, key: str) -> bool:
+        """Delete the blob (its bytes once that commits); whether it existed."""
+        ...
+
+    def list(self, tenant: str, *, prefix: str = "", cursor: str | None = None, limit: int | None = None) -> BlobPage:
+        """Blobs whose key starts with ``prefix`` (literal, case-sensitive), ascending, after ``cursor``."""
+        ...
+
+    async def aput(self, tenant: str, key: str, content: Content, *, content_type: str | None = None) -> Blob:
+        """Async twin of :meth:`put`."""
+        ...
+
+    async def ahead(self, tenant: str, key: str) -> Blob | None:
+        """Async twin of :meth:`head`."""
+        ...
+
+    async def aopen(self, tenant: str, key: str) -> tuple[Blob, IO[bytes]]:
+        """Async twin of :meth:`open`."""
+        ...
+
+    async def aget(self, tenant: str, key: str, *, byte_range: ByteRange | None = None) -> BlobRead:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def adelete(self, tenant: str, key: str) -> bool:
+        """Async twin of :meth:`delete`."""
+        ...
+
+    async def alist(self, tenant: str, *, prefix: str = "", cursor: str | None = None, limit: int | None = None) -> BlobPage:
+        """Async twin of :meth:`list`."""
+        ...
+
+
+@runtime_checkable
+class ArtifactStoreProtocol(Protocol):
+    """Records of bytes a run produced, each owning a blob; see ``docs/reference/stores/artifacts.md``."""
+
+    def save(
+        self,
+        scope: Scope,
+        *,
+        run_id: Any,
+        content: Content,
+        media_type: Any = None,
+        name: Any = "",
+        metadata: Any = None,
+    ) -> Artifact:
+        """Store ``content`` as an artifact of the run (chat or generation); the new record."""
+        ...
+
+    def get(self, scope: Scope, artifact_id: Any) -> Artifact:
+        """The record if ``scope`` may read it; NotFound("artifact_not_found") otherwise."""
+        ...
+
+    def open(self, scope: Scope, artifact_id: Any) -> tuple[Artifact, IO[bytes]]:
+        """The record and its bytes opened for reading (the caller closes them)."""
+        ...
+
+    def read(self, scope: Scope, artifact_id: Any, *, byte_range: ByteRange | None = None) -> BlobRead:
+        """The artifact's bytes, or only ``byte_range`` of them."""
+        ...
+
+    def list_by_run(self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
+        """The run's artifacts, oldest first, then by id."""
+        ...
+
+    def list_by_conversation(self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
+        """The conversation's artifacts, oldest first, then by id."""
+        ...
+
+    def delete(self, scope: Scope, artifact_id: Any) -> None:
+        """Delete the artifact and its blob. Owner only."""
+        ...
+
+    def delete_for_run(self, scope: Scope, run_id: Any) -> int:
+        """Delete every artifact of the run and their blobs; how many. Owner only."""
+        ...
+
+    async def asave(
+        self,
+        scope: Scope,
+        *,
+        run_id: Any,
+        content: Content,
+        media_type: Any = None,
+        name: Any = "",
+        metadata: Any = None,
+    ) -> Artifact:
+        """Async twin of :meth:`save`."""
+        ...
+
+    async def aget(self, scope: Scope, artifact_id: Any) -> Artifact:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def aopen(self, scope: Scope, artifact_id: Any) -> tuple[Artifact, IO[bytes]]:
+        """Async twin of :meth:`open`."""
+        ...
+
+    async def aread(self, scope: Scope, artifact_id: Any, *, byte_range: ByteRange | None = None) -> BlobRead:
+        """Async twin of :meth:`read`."""
+        ...
+
+    async def alist_by_run(self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
+        """Async twin of :meth:`list_by_run`."""
+        ...
+
+    async def alist_by_conversation(
+        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0
+    ) -> Page[Artifact]:
+        """Async twin of :meth:`list_by_conversation`."""
+        ...
+
+    async def adelete(self, scope: Scope, artifact_id: Any) -> None:
+        """Async twin of :meth:`delete`."""
+        ...
+
+    async def adelete_for_run(self, scope: Scope, run_id: Any) -> int:
+        """Async twin of :meth:`delete_for_run`."""
+        ...
+
+
+@runtime_checkable
+class GenerationRunStoreProtocol(Protocol):
+    """Records of non-chat generations, by the caller's run id and a slot; see ``docs/reference/stores/generations.md``."""
+
+    def create_or_resume(
+        self,
+        scope: Scope,
+        *,
+        id: Any,
+        slot: Any,
+        kind: Any,
+        provider: Any = "",
+        model: Any = "",
+        conversation_id: Any = None,
+        started_at: Any = None,
+        metadata: Any = None,
+    ) -> GenerationRun:
+        """The run ``id``, inserted as running if absent; otherwise the stored one, unchanged."""
+        ...
+
+    def get(self, scope: Scope, run_id: Any) -> GenerationRun:
+        """The run if ``scope`` may read it; NotFound("generation_run_not_found") otherwise."""
+        ...
+
+    def update(
+        self,
+        scope: Scope,
+        run_id: Any,
+        *,
+        status: Any = ...,
+        finished_at: Any = ...,
+        error: Any = ...,
+        result: Any = ...,
+        usage: Any = ...,
+        metadata: Any = ...,
+    ) -> GenerationRun | None:
+        """Patch the given fields; None (a no-op) when no run of ``scope`` has this id."""
+        ...
+
+    def latest(self, scope: Scope, slot: Any) -> GenerationRun | None:
+        """The scope's latest run of ``slot``; None when it has none."""
+        ...
+
+    def delete(self, scope: Scope, run_id: Any) -> None:
+        """Delete the run, its artifacts and their blobs. Owner only."""
+        ...
+
+    async def acreate_or_resume(self, scope: Scope, **options: Any) -> GenerationRun:
+        """Async twin of :meth:`create_or_resume`."""
+        ...
+
+    async def aget(self, scope: Scope, run_id: Any) -> GenerationRun:
+        """Async twin of :meth:`get`."""
+        ...
+
+    async def aupdate(self, scope: Scope, run_id: Any, **changes: Any) -> GenerationRun | None:
+        """Async twin of :meth:`update`."""
+        ...
+
+    async def alatest(self, scope: Scope, slot: Any) -> GenerationRun | None:
+        """Async twin of :meth:`latest`."""
+        ...
+
+    async def adelete(self, scope: Scope, run_id: Any) -> None:
+        """Async twin of :meth:`delete`."""
+        ...
+
+
+__all__ += ["ArtifactStoreProtocol", "BlobStoreProtocol", "GenerationRunStoreProtocol"]

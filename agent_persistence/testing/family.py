@@ -71,6 +71,11 @@ class Stores:
     lose_content: Callable[[Any], None] = lambda record: None
     activities: Any = None
     metadata: Any = None
+    # Blobs, artifacts and generation runs (issue 11); ``stored_blobs`` names every blob's bytes the backend keeps.
+    blobs: Any = None
+    artifacts: Any = None
+    generations: Any = None
+    stored_blobs: Callable[[], set[Any]] = set
 
     def run_in_processes(self, count: int, target: Callable[[int], Any], *, timeout: float = 120.0) -> list[Any]:
         """``target(i)`` in ``count`` OS processes, or threads when the family lives in one process's memory."""
@@ -145,6 +150,10 @@ def orm_stores() -> Stores:
         lose_content=_delete_from_storage,
         activities=ActivityStore(),
         metadata=MetadataStore(),
+        blobs=_orm_blob_store(),
+        artifacts=_orm_artifact_store(),
+        generations=_orm_generation_store(),
+        stored_blobs=_blob_names_in_storage,
     )
 
 
@@ -310,4 +319,67 @@ def memory_stores(database: Any = None) -> Stores:
         turns=MemoryTurnStore(db),
         activities=MemoryActivityStore(db),
         metadata=MemoryMetadataStore(db),
+        blobs=_memory_blob_store(db),
+        artifacts=_memory_artifact_store(db),
+        generations=_memory_generation_store(db),
+        stored_blobs=lambda: set(db.blob_contents),
     )
+
+
+# -- blobs, artifacts and generation runs (issue 11) ----------------------------------------------
+
+
+def _orm_blob_store() -> Any:
+    from ..stores.blobs import BlobStore
+
+    return BlobStore()
+
+
+def _orm_artifact_store() -> Any:
+    from ..stores.artifacts import ArtifactStore
+
+    return ArtifactStore()
+
+
+def _orm_generation_store() -> Any:
+    from ..stores.generations import GenerationRunStore
+
+    return GenerationRunStore()
+
+
+def _memory_blob_store(db: Any) -> Any:
+    from ..stores.memory.blobs import MemoryBlobStore
+
+    return MemoryBlobStore(db)
+
+
+def _memory_artifact_store(db: Any) -> Any:
+    from ..stores.memory.artifacts import MemoryArtifactStore
+
+    return MemoryArtifactStore(db)
+
+
+def _memory_generation_store(db: Any) -> Any:
+    from ..stores.memory.generations import MemoryGenerationRunStore
+
+    return MemoryGenerationRunStore(db)
+
+
+def _blob_names_in_storage() -> set[str]:
+    """Every object name under the blob upload folder of the blob storage."""
+    from ..models.artifacts import blob_storage
+
+    storage = blob_storage()
+    prefix = app_settings.BLOB_UPLOAD_TO.split("%", 1)[0].rstrip("/")
+    names: set[str] = set()
+    folders = [prefix]
+    while folders:
+        folder = folders.pop()
+        try:
+            subfolders, files = storage.listdir(folder)
+        except FileNotFoundError:
+            continue
+        path = f"{folder}/" if folder else ""
+        folders.extend(path + name for name in subfolders)
+        names.update(path + name for name in files)
+    return names

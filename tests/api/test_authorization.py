@@ -248,6 +248,22 @@ MATRIX: dict[tuple[str, str], Row] = {
     # websocket tickets: any user gets one for their own scope; one bound to a conversation needs read access.
     ("ws-ticket", "POST"): Row(lambda w: "/api/ws-ticket/", everyone(201)),
     ("conversation-ws-ticket", "POST"): Row(conversation("ws-ticket"), read(201)),
+    # artifacts (of alice's finished chat run) and generation runs (filed in alice's conversation)
+    ("conversation-artifacts", "GET"): Row(conversation("artifacts"), read()),
+    ("run-artifacts", "GET"): Row(lambda w: f"/api/runs/{with_artifact(w).source_run_id}/artifacts/", read()),
+    ("run-artifacts", "DELETE"): Row(lambda w: f"/api/runs/{with_artifact(w).source_run_id}/artifacts/", write(204)),
+    ("artifact-detail", "GET"): Row(lambda w: f"/api/artifacts/{with_artifact(w).pk}/", read()),
+    ("artifact-detail", "DELETE"): Row(lambda w: f"/api/artifacts/{with_artifact(w).pk}/", write(204)),
+    ("artifact-content", "GET"): Row(lambda w: f"/api/artifacts/{with_artifact(w).pk}/content/", read()),
+    ("generation-run-list", "POST"): Row(
+        lambda w: "/api/generation-runs/", everyone(200), body=lambda w: {"id": str(uuid.uuid4()), "slot": "hero", "kind": "image"}
+    ),
+    ("generation-run-latest", "GET"): Row(lambda w: f"/api/generation-runs/latest/?slot={with_generation(w).slot}", owner_only(200)),
+    ("generation-run-detail", "GET"): Row(lambda w: f"/api/generation-runs/{with_generation(w).pk}/", read()),
+    ("generation-run-detail", "PATCH"): Row(
+        lambda w: f"/api/generation-runs/{with_generation(w).pk}/", write(200), body=lambda w: {"status": "completed"}
+    ),
+    ("generation-run-detail", "DELETE"): Row(lambda w: f"/api/generation-runs/{with_generation(w).pk}/", write(204)),
 }
 
 
@@ -372,3 +388,26 @@ def test_lists_show_alice_s_rows_only_to_whom_may_see_them(actors: dict[str, Any
     assert listed("owner", "/api/tasks/") >= {str(private.task_id), str(shared.task_id)}
     assert listed("other", "/api/tasks/") & {str(private.task_id), str(shared.task_id)} == set()
     assert listed("tenant", "/api/tasks/") & {str(private.task_id), str(shared.task_id)} == set()
+
+
+# -- artifacts and generation runs (issue 11): rows made on the world when a row's path needs them ----
+
+
+def with_artifact(w: World) -> Any:
+    """An artifact of alice's run in the world (made once per world)."""
+    from agent_persistence.stores import artifact_store
+
+    if not hasattr(w, "artifact"):
+        w.artifact = artifact_store().save(w.owner, run_id=w.run_id, content=b"PNG", media_type="image/png")  # type: ignore[attr-defined]
+    return w.artifact  # type: ignore[attr-defined]
+
+
+def with_generation(w: World) -> Any:
+    """A generation run of alice's, filed in the world's conversation (made once per world)."""
+    from agent_persistence.stores import generation_run_store
+
+    if not hasattr(w, "generation"):
+        w.generation = generation_run_store().create_or_resume(  # type: ignore[attr-defined]
+            w.owner, id=uuid.uuid4(), slot="hero", kind="image", conversation_id=w.conversation_id
+        )
+    return w.generation  # type: ignore[attr-defined]

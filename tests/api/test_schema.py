@@ -53,6 +53,9 @@ UNREACHABLE = {
     "mcp_integrations_authorize_create": "needs an MCP server in MCP_SERVERS (the test settings configure none)",
     "mcp_integrations_destroy": "needs an MCP server in MCP_SERVERS (the test settings configure none)",
     "interrupts_cancel": "needs an interrupt, whose id only the agent that raised it knows",
+    "artifacts_retrieve": "needs an artifact, which only server code saves (tests/api/test_artifacts.py)",
+    "artifacts_content": "needs an artifact, which only server code saves (tests/api/test_artifacts.py)",
+    "artifacts_destroy": "needs an artifact, which only server code saves (tests/api/test_artifacts.py)",
 }
 #: Destructive operations, each given rows of its own (by the seed names below).
 DESTRUCTIVE = {

@@ -37,6 +37,9 @@ MEMORY_STORES: dict[str, str] = {
     "SUPERVISION_STORE": f"{_PACKAGE}.supervision.MemorySupervisionStore",
     "RECORDING_STORE": f"{_PACKAGE}.recordings.MemoryRecordingStore",
     "CHECKPOINT_STORE": f"{_PACKAGE}.checkpoints.MemoryCheckpointStore",
+    "BLOB_STORE": f"{_PACKAGE}.blobs.MemoryBlobStore",
+    "ARTIFACT_STORE": f"{_PACKAGE}.artifacts.MemoryArtifactStore",
+    "GENERATION_RUN_STORE": f"{_PACKAGE}.generations.MemoryGenerationRunStore",
 }
 
 

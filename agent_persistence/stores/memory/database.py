@@ -73,6 +73,11 @@ class MemoryDatabase:
             self.checkpoints: dict[uuid.UUID, AgentCheckpoint] = {}
             self.activities: dict[uuid.UUID, list[Any]] = {}  # conversation id -> its rows, in list order
             self.metadata: dict[tuple[str, str, str], Any] = {}  # (tenant, namespace, key) -> MetadataEntry
+            # Blobs by (tenant, key), their bytes by blob id; artifacts and generation runs by id.
+            self.blobs: dict[tuple[str, str], Any] = {}
+            self.blob_contents: dict[uuid.UUID, bytes] = {}
+            self.artifacts: dict[uuid.UUID, Any] = {}
+            self.generation_runs: dict[uuid.UUID, Any] = {}
 
     # -- conversation access (the rules of stores.base, on these dicts) ---------------------------
 
@@ -120,6 +125,29 @@ class MemoryDatabase:
             self.file_contents.pop(key, None)
         for table in (self.events, self.supervision, self.recordings, self.checkpoints, self.activities):
             table.pop(pk, None)
+        for key in [key for key, row in self.generation_runs.items() if row.conversation_id == pk]:
+            del self.generation_runs[key]
+        self.delete_artifacts(
+            lambda row: row.conversation_id == pk or (row.generation_run_id is not None and row.generation_run_id not in self.generation_runs)
+        )
+
+    def delete_blob(self, tenant: str, key: str) -> bool:
+        """Remove a blob and its bytes, and the artifact made of it; whether it existed."""
+        blob = self.blobs.pop((tenant, key), None)
+        if blob is None:
+            return False
+        self.blob_contents.pop(blob.pk, None)
+        for artifact_pk in [pk for pk, row in self.artifacts.items() if row.blob_id == blob.pk]:
+            del self.artifacts[artifact_pk]
+        return True
+
+    def delete_artifacts(self, doomed: Any) -> int:
+        """Remove the artifacts ``doomed(row)`` picks, with their blobs; how many."""
+        picked = [row for row in self.artifacts.values() if doomed(row)]
+        for row in picked:
+            del self.artifacts[row.pk]
+            self.delete_blob(row.tenant, row.blob.key)
+        return len(picked)
 
     def delete_message(self, pk: uuid.UUID) -> None:
         """Remove a message; its files stay, detached from it."""
