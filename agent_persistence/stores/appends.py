@@ -30,8 +30,9 @@ from typing import Any, ContextManager, Sequence
 
 from django.db import connection, transaction
 
-from ..models import Conversation, Event, Message, Run
+from ..models import Conversation, Event, Message, Run, TurnSupervision
 from ..scope import Scope
+from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
 
 CONVERSATION = Conversation._meta.db_table
 MESSAGE = Message._meta.db_table
@@ -143,3 +144,127 @@ def stored(row: Any) -> Any:
     row._state.adding = False
     row._state.db = connection.alias
     return row
+
+
+# -- a turn's start in a new conversation ---------------------------------------------------------
+
+SUPERVISION = TurnSupervision._meta.db_table
+
+START_IN_NEW_CONVERSATION = (
+    "WITH conversation AS ("
+    f"INSERT INTO {CONVERSATION} (id, tenant, owner, agent, title, metadata, state, version, last_turn_status, "
+    "action_due_at, shared, pinned, epoch, next_position, last_event_seq, event_stop_reason, created_at, updated_at) "
+    "VALUES (%s, %s, %s, %s, NULL, '{{}}', '{{}}', 0, %s, NULL, false, false, 1, 1, %s, NULL, %s, %s) "
+    "ON CONFLICT (id) DO NOTHING RETURNING id), "
+    "supervision AS ("
+    f"INSERT INTO {SUPERVISION} (conversation_id, status, heartbeat_at, message_id, run_id, epoch, replica, claimed_at) "
+    "SELECT id, %s, %s, %s, %s, 1, %s, %s FROM conversation), "
+    "message AS ("
+    f"INSERT INTO {MESSAGE} (id, conversation_id, position, {', '.join(MESSAGE_FIELDS)}, run_id, created_at, updated_at) "
+    f"SELECT %s, id, 0, {', '.join(['%s'] * len(MESSAGE_FIELDS))}, NULL, %s, %s FROM conversation), "
+    "run AS ("
+    f"INSERT INTO {RUN} (id, conversation_id, message_id, parent_id, name, status, started_at, finished_at, usage, "
+    "error, detached_since, cancel_requested, epoch) "
+    "SELECT %s, id, %s, NULL, %s, %s, %s, NULL, '{{}}', NULL, NULL, false, 1 FROM conversation), "
+    "events AS ("
+    f"INSERT INTO {EVENT} (conversation_id, seq, type, data, run_id, created_at) "
+    "SELECT conversation.id, batch.seq, batch.type, batch.data::jsonb, %s, %s "
+    "FROM conversation, (VALUES {rows}) AS batch (seq, type, data)) "
+    "SELECT id FROM conversation"
+)
+
+
+def start_in_new_conversation(
+    scope: Scope, pk: uuid.UUID, *, agent: str, message: Any, message_id: uuid.UUID, run_id: uuid.UUID,
+    replica: str, events: Sequence[dict[str, Any]], now: datetime,
+) -> Message | None:
+    """A turn's start when ``pk`` names no conversation yet: every row of it in one statement, at epoch 1.
+
+    The conversation (``last_turn_status`` running, one message, ``len(events)``
+    events), its supervision row, the user ``message`` at position 0, the run
+    and the ``events`` (typed dicts, none of them idle). The stored user message;
+    None, with nothing written, when a conversation with this id exists
+    (whoever's): the caller takes the general path, which locks it.
+    """
+    fields = message.fields
+    values = [json_param(fields[name]) if name in JSON_MESSAGE_FIELDS else fields[name] for name in MESSAGE_FIELDS]
+    params: list[Any] = [pk, scope.tenant, scope.user, agent, LastTurnStatus.RUNNING.value, len(events), now, now]
+    params += [SupervisionStatus.RUNNING.value, now, message_id, run_id, replica, now]
+    params += [message.id, *values, now, now]
+    params += [run_id, message_id, agent, RunStatus.RUNNING.value, now]
+    params += [run_id, now]
+    for seq, event in enumerate(events, start=1):
+        params += [seq, event["type"], json_param(event["data"])]
+    sql = START_IN_NEW_CONVERSATION.format(rows=", ".join(["(%s, %s, %s)"] * len(events)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        created = cursor.fetchone()
+    if created is None:
+        return None
+    return stored(
+        Message(id=message.id, conversation_id=pk, position=0, run_id=None, created_at=now, updated_at=now, **fields)
+    )
+
+
+# -- a turn's start in a locked conversation ------------------------------------------------------
+
+CLAIM_NEW_ROW = (
+    f"INSERT INTO {SUPERVISION} (conversation_id, status, heartbeat_at, message_id, run_id, epoch, replica, claimed_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING 1"
+)
+CLAIM_ROW = (
+    f"UPDATE {SUPERVISION} SET status = %s, heartbeat_at = %s, message_id = %s, run_id = %s, epoch = %s, replica = %s, "
+    "claimed_at = %s WHERE conversation_id = %s AND epoch = %s RETURNING 1"
+)
+START_IN_LOCKED_CONVERSATION = (
+    "WITH supervision AS ({claim}), "
+    "conversation AS ("
+    f"UPDATE {CONVERSATION} SET next_position = next_position + 1, epoch = %s, last_turn_status = %s, updated_at = %s, "
+    "last_event_seq = last_event_seq + %s, event_stop_reason = NULL "
+    "WHERE id = %s AND tenant = %s AND owner = %s AND EXISTS (SELECT 1 FROM supervision) "
+    "RETURNING next_position - 1 AS position, last_event_seq - %s AS seq), "
+    "message AS ("
+    f"INSERT INTO {MESSAGE} (id, conversation_id, position, {', '.join(MESSAGE_FIELDS)}, run_id, created_at, updated_at) "
+    f"SELECT %s, %s, conversation.position, {', '.join(['%s'] * len(MESSAGE_FIELDS))}, NULL, %s, %s FROM conversation), "
+    "run AS ("
+    f"INSERT INTO {RUN} (id, conversation_id, message_id, parent_id, name, status, started_at, finished_at, usage, "
+    "error, detached_since, cancel_requested, epoch) "
+    "SELECT %s, %s, %s, NULL, %s, %s, %s, NULL, '{{}}', NULL, NULL, false, %s FROM conversation), "
+    "events AS ("
+    f"INSERT INTO {EVENT} (conversation_id, seq, type, data, run_id, created_at) "
+    "SELECT %s, conversation.seq + batch.ordinal, batch.type, batch.data::jsonb, %s, %s "
+    "FROM conversation, (VALUES {rows}) AS batch (ordinal, type, data)) "
+    "SELECT position FROM conversation"
+)
+
+
+def start_in_locked_conversation(
+    scope: Scope, pk: uuid.UUID, *, row_epoch: int | None, epoch: int, agent: str, message: Any,
+    message_id: uuid.UUID, run_id: uuid.UUID, replica: str, events: Sequence[dict[str, Any]], now: datetime,
+) -> bool:
+    """A turn's writes once locks 1 and 2 are held, in one statement: claim, counters, message, run, events.
+
+    The supervision row is inserted (``row_epoch`` None: there was none) or
+    moved from ``row_epoch`` to ``epoch``; the conversation takes ``epoch``,
+    the user ``message`` at its next position and ``len(events)`` more events
+    (typed dicts, the last a ``status_running``, so the stop reason clears).
+    False, with nothing written, when the claim matched no row: only a writer
+    that ignores the lock order gets there.
+    """
+    running = SupervisionStatus.RUNNING.value
+    if row_epoch is None:
+        claim, params = CLAIM_NEW_ROW, [pk, running, now, message_id, run_id, epoch, replica, now]
+    else:
+        claim, params = CLAIM_ROW, [running, now, message_id, run_id, epoch, replica, now, pk, row_epoch]
+    fields = message.fields
+    values = [json_param(fields[name]) if name in JSON_MESSAGE_FIELDS else fields[name] for name in MESSAGE_FIELDS]
+    params += [epoch, LastTurnStatus.RUNNING.value, now, len(events), pk, scope.tenant, scope.user, len(events)]
+    params += [message.id, pk, *values, now, now]
+    params += [run_id, pk, message_id, agent, RunStatus.RUNNING.value, now, epoch]
+    params += [pk, run_id, now]
+    for ordinal, event in enumerate(events, start=1):
+        params += [ordinal, event["type"], json_param(event["data"])]
+    sql = START_IN_LOCKED_CONVERSATION.format(claim=claim, rows=", ".join(["(%s, %s, %s)"] * len(events)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
