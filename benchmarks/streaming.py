@@ -62,7 +62,12 @@ def asgi_application() -> Any:
             "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": 30}], "capacity": 1000},
         }
     }
-    bench_settings.AGENT_PERSISTENCE = {**bench_settings.AGENT_PERSISTENCE, "AGENTS": {AGENT_NAME: "benchmarks.streaming.TimedAgent"}}
+    bench_settings.AGENT_PERSISTENCE = {
+        **bench_settings.AGENT_PERSISTENCE,
+        "AGENTS": {AGENT_NAME: "benchmarks.streaming.TimedAgent"},
+        # Every socket of the benchmark is one user's: the per-user cap would refuse the capacity steps.
+        "WEBSOCKET_MAX_PER_USER": 10_000,
+    }
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     from django.core.asgi import get_asgi_application
 
@@ -86,17 +91,17 @@ class Server:
             command = ["taskset", "-c", cpus, *command]
         from .database import BENCH_DATABASE_ENV
 
+        self.profiler: subprocess.Popen[bytes] | None = None
         self.process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, BENCH_DATABASE_ENV: database})
         deadline = time.monotonic() + 30
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
+                break
             except OSError:
                 if time.monotonic() > deadline or self.process.poll() is not None:
                     raise RuntimeError("a benchmark server did not start")
                 time.sleep(0.1)
-        self.profiler = None
         if profile:
             # py-spy samples the server from outside (taskset execs uvicorn, so the pid is the server's).
             self.profiler = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw",

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import uuid
 from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ContextManager, Sequence
 
 from django.db import connection, transaction
 
-from ..models import Conversation, Event, Message, Run, TurnSupervision
+from ..models import Conversation, Event, Message, Run, StreamRecording, TurnSupervision
 from ..scope import Scope
 from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
 
@@ -268,3 +269,59 @@ def start_in_locked_conversation(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone() is not None
+
+
+# -- the turn as a follower reads it --------------------------------------------------------------
+
+RECORDING = StreamRecording._meta.db_table
+
+READ_TURN = (
+    "SELECT c.tenant, c.owner, c.shared, c.epoch, "
+    "s.status, s.heartbeat_at, s.message_id, s.run_id, s.epoch, s.replica, s.claimed_at, "
+    'r.epoch, r."index", r.message, m.id, m.content, m.tool_calls, m.metadata '
+    f"FROM {CONVERSATION} c LEFT JOIN {SUPERVISION} s ON s.conversation_id = c.id "
+    f"LEFT JOIN {RECORDING} r ON r.conversation_id = c.id AND r.message_id = s.message_id "
+    f"LEFT JOIN {MESSAGE} m ON m.conversation_id = c.id AND m.id = s.message_id AND s.status IN (%s, %s) "
+    "WHERE c.id = %s"
+)
+
+
+@dataclass(frozen=True)
+class TurnRows:
+    """What :meth:`TurnStore.read_turn` reads, fetched in one statement: the rows the view is made of."""
+
+    conversation: Conversation
+    supervision: TurnSupervision | None
+    record: dict[str, Any] | None
+    answer: Message | None
+
+
+def read_turn_rows(pk: uuid.UUID) -> TurnRows | None:
+    """The conversation (access fields and epoch), its supervision row, the recording of that row's
+    message and, for a done or errored turn, its stored answer; None when the conversation does not exist."""
+    with connection.cursor() as cursor:
+        cursor.execute(READ_TURN, [SupervisionStatus.DONE.value, SupervisionStatus.ERRORED.value, pk])
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    tenant, owner, shared, epoch, status, heartbeat_at, message_id, run_id, row_epoch, replica, claimed_at = found[:11]
+    record_epoch, record_index, record_message, answer_id, content, tool_calls, metadata = found[11:]
+    conversation = Conversation(id=pk, tenant=tenant, owner=owner, shared=shared, epoch=epoch)
+    supervision = None
+    if status is not None:
+        supervision = TurnSupervision(conversation_id=pk, status=status, heartbeat_at=heartbeat_at, message_id=message_id,
+                                      run_id=run_id, epoch=row_epoch, replica=replica, claimed_at=claimed_at)
+    record = None
+    if record_index is not None:
+        record = {"epoch": record_epoch, "index": record_index, "message": json_value(StreamRecording, "message", record_message)}
+    answer = None
+    if answer_id is not None:
+        answer = Message(id=answer_id, conversation_id=pk, content=json_value(Message, "content", content),
+                         tool_calls=json_value(Message, "tool_calls", tool_calls),
+                         metadata=json_value(Message, "metadata", metadata))
+    return TurnRows(conversation, supervision, record, answer)
+
+
+def json_value(model: Any, field_name: str, value: Any) -> Any:
+    """A JSON column's value as the ORM would load it."""
+    return model._meta.get_field(field_name).from_db_value(value, None, connection)

@@ -575,14 +575,23 @@ class TurnStore:
     def read_turn(self, scope: Scope | None, conversation_id: Any) -> TurnView:
         """The turn as a follower sees it now; NotFound when ``scope`` may not read the conversation."""
         pk = lookup_id(conversation_id)
-        idle_epoch = 0
         if scope is not None:
             check_scope(scope)
-            conversation = Conversation.objects.filter(pk=pk).only("tenant", "owner", "shared", "epoch").first()
+        if appends.enabled():
+            # One statement on PostgreSQL: the conversation, its row, the recording and the answer.
+            rows = appends.read_turn_rows(pk)
+            conversation, row = (None, None) if rows is None else (rows.conversation, rows.supervision)
+        else:
+            rows = None
+            conversation = None
+            if scope is not None:
+                conversation = Conversation.objects.filter(pk=pk).only("tenant", "owner", "shared", "epoch").first()
+            row = TurnSupervision.objects.filter(pk=pk).first()
+        idle_epoch = 0
+        if scope is not None:
             if conversation is None or not can_read(scope, conversation):
                 raise NotFound("No such conversation.")
             idle_epoch = conversation.epoch
-        row = TurnSupervision.objects.filter(pk=pk).first()
         status = status_of(row, idle_epoch=idle_epoch)
         view = TurnView(
             state=status.state, message_id=status.message_id, run_id=status.run_id, epoch=status.epoch,
@@ -590,11 +599,17 @@ class TurnStore:
         )
         if row is None:
             return view
-        record = StreamRecording.objects.filter(pk=pk, message_id=row.message_id).first()
-        if record is not None:
-            view.record = {"epoch": record.epoch, "index": record.index, "message": record.message}
+        if rows is not None:
+            view.record = rows.record
+        else:
+            record = StreamRecording.objects.filter(pk=pk, message_id=row.message_id).first()
+            if record is not None:
+                view.record = {"epoch": record.epoch, "index": record.index, "message": record.message}
         if status.state in (SupervisionStatus.DONE, SupervisionStatus.ERRORED):
-            message = Message.objects.filter(conversation_id=pk, pk=row.message_id).first()
+            if rows is not None:
+                message = rows.answer
+            else:
+                message = Message.objects.filter(conversation_id=pk, pk=row.message_id).first()
             if message is not None:
                 metadata = message.metadata or {}
                 final = {"role": Role.ASSISTANT.value, "content": message.content}
