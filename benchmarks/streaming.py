@@ -59,7 +59,9 @@ def asgi_application() -> Any:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # Above channels-redis's 5 s blocking receive (redis-py 8 defaults to 5 s).
-            "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": 30}], "capacity": 1000},
+            # max_connections: redis-py 8 caps a pool at 100 connections, fewer than the layer's calls
+            # in flight with hundreds of streaming turns (MaxConnectionsError, the layer judged down).
+            "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": 30, "max_connections": 1000}], "capacity": 1000},
         }
     }
     bench_settings.AGENT_PERSISTENCE = {
