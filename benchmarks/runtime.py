@@ -55,6 +55,13 @@ class StreamingAgent(Agent):
             await asyncio.sleep(CHUNK_EVERY)
 
 
+class WaitingAgent(Agent):
+    """A turn that starts and then waits (as for a model's first token) until the benchmark abandons it."""
+
+    async def run(self, turn: Any) -> None:
+        await asyncio.sleep(MAX_STREAM_SECONDS)
+
+
 def ensure_database(database: str) -> None:
     """Create the benchmark database if needed, set Django up on it and migrate (no seeding)."""
     from .storage import migrate, setup_django
@@ -335,6 +342,165 @@ def raw_side(pairs: list[tuple[uuid.UUID, int, uuid.UUID]], answer_bytes: float,
     return RawResult(statements / elapsed, heartbeats, upserts, stamped)
 
 
+# -- turn starts ---------------------------------------------------------------------------------------
+
+WAITING_AGENT = "bench-wait"
+STARTS_TENANT = f"{TENANT_PREFIX}starts"
+
+
+def raw_start_sql() -> str:
+    """The start transaction's writes for a new conversation, as plain statements (one per table)."""
+    from agent_persistence.stores.appends import CONVERSATION, EVENT, MESSAGE, RUN, SUPERVISION
+
+    return ";".join([
+        f"SELECT conversation_id FROM {SUPERVISION} WHERE conversation_id = %s FOR UPDATE",
+        f"INSERT INTO {CONVERSATION} (id, tenant, owner, agent, title, metadata, state, version, last_turn_status, "
+        "action_due_at, shared, pinned, epoch, next_position, last_event_seq, event_stop_reason, created_at, updated_at) "
+        "VALUES (%s, %s, %s, %s, NULL, '{}', '{}', 0, 'running', NULL, false, false, 1, 1, 1, NULL, now(), now())",
+        f"INSERT INTO {SUPERVISION} (conversation_id, status, heartbeat_at, message_id, run_id, epoch, replica, claimed_at) "
+        "VALUES (%s, 'running', now(), %s, %s, 1, %s, now())",
+        f"INSERT INTO {MESSAGE} (id, conversation_id, position, role, content, name, tool_call_id, tool_calls, files, "
+        "metadata, usage, run_id, created_at, updated_at) "
+        "VALUES (%s, %s, 0, 'user', %s, NULL, NULL, NULL, NULL, '{}', NULL, NULL, now(), now())",
+        f"INSERT INTO {RUN} (id, conversation_id, message_id, parent_id, name, status, started_at, finished_at, usage, "
+        "error, detached_since, cancel_requested, epoch) "
+        "VALUES (%s, %s, %s, NULL, %s, 'running', now(), NULL, '{}', NULL, NULL, false, 1)",
+        f"INSERT INTO {EVENT} (conversation_id, seq, type, data, run_id, created_at) "
+        "VALUES (%s, 1, 'status_running', %s, %s, now())",
+    ])
+
+
+def raw_starts(count: int, content: str) -> float:
+    """``count`` start transactions for new conversations, one after another, with psycopg; the seconds taken."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from agent_persistence.ids import uuid7
+
+    statements = raw_start_sql().split(";")
+    with psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True) as connection:
+        started = time.perf_counter()
+        for _ in range(count):
+            pk, message_id, run_id, user_message_id = uuid.uuid4(), uuid.uuid4(), uuid7(), uuid7()
+            data = Jsonb({"message_id": str(message_id), "run_id": str(run_id), "epoch": 1})
+            with connection.transaction():
+                parameters: list[list[Any]] = [
+                    [pk],
+                    [pk, STARTS_TENANT, "bench-user", WAITING_AGENT],
+                    [pk, message_id, run_id, "bench"],
+                    [user_message_id, pk, Jsonb(content)],
+                    [run_id, pk, message_id, WAITING_AGENT],
+                    [pk, data, run_id],
+                ]
+                for sql, params in zip(statements, parameters):
+                    connection.execute(sql, params)
+        return time.perf_counter() - started
+
+
+async def store_starts(count: int, content: str) -> tuple[float, dict[str, int]]:
+    """``count`` ``start_turn`` calls for new conversations, one after another; the seconds taken, the outcomes."""
+    from agent_persistence.runtime.producer import Outcome, Supervisor
+    from agent_persistence.runtime.turns import start_turn
+    from agent_persistence.scope import Scope
+
+    scope = Scope(STARTS_TENANT, "bench-user")
+    handles = []
+    started = time.perf_counter()
+    for _ in range(count):
+        handles.append(await start_turn(scope, uuid.uuid4(), content=content, agent=WAITING_AGENT))
+    elapsed = time.perf_counter() - started
+    for producer in list(Supervisor.current().producers.values()):
+        producer.stop(Outcome.ABANDONED)
+    outcomes: dict[str, int] = {}
+    for result in await asyncio.gather(*(handle.task for handle in handles), return_exceptions=True):
+        key = result.value if isinstance(result, Outcome) else type(result).__name__
+        outcomes[key] = outcomes.get(key, 0) + 1
+    return elapsed, outcomes
+
+
+def start_statements(content: str) -> dict[str, list[str]]:
+    """The statements of one ``TurnStore.begin`` in a new conversation and of the raw start, from libpq's trace."""
+    import psycopg
+
+    from agent_persistence.runtime.turns import begin_turn
+    from agent_persistence.scope import Scope
+
+    from .trace import django_pgconn, statements_of
+
+    scope = Scope(STARTS_TENANT, "bench-user")
+    store = statements_of(django_pgconn(), lambda: begin_turn(scope, uuid.uuid4(), content=content, agent=WAITING_AGENT))
+    with psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True) as connection:
+        raw = statements_of(connection.pgconn, lambda: raw_starts_on(connection, content))
+    return {"store (TurnStore.begin)": store, "raw": raw}
+
+
+def raw_starts_on(connection: Any, content: str) -> None:
+    from psycopg.types.json import Jsonb
+
+    from agent_persistence.ids import uuid7
+
+    pk, message_id, run_id = uuid.uuid4(), uuid.uuid4(), uuid7()
+    data = Jsonb({"message_id": str(message_id), "run_id": str(run_id), "epoch": 1})
+    parameters = [[pk], [pk, STARTS_TENANT, "bench-user", WAITING_AGENT], [pk, message_id, run_id, "bench"],
+                  [uuid7(), pk, Jsonb(content)], [run_id, pk, message_id, WAITING_AGENT], [pk, data, run_id]]
+    with connection.transaction():
+        for sql, params in zip(raw_start_sql().split(";"), parameters):
+            connection.execute(sql, params)
+
+
+def run_starts(args: argparse.Namespace) -> int:
+    """``turns --starts``: turn starts per second in one process, against the raw start transaction."""
+    from asgiref.sync import sync_to_async
+
+    from .report import format_facts, machine_facts
+    from .trace import format_statements
+
+    import psycopg
+
+    began = time.monotonic()
+    content = "Tell me a long story."
+    with psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True) as connection:
+        facts = machine_facts(connection)
+    cleanup()
+    statements = start_statements(content)
+    cleanup()
+    rounds: dict[str, list[float]] = {"store": [], "raw": []}
+    outcomes: dict[str, int] = {}
+    raw_starts(20, content)
+    asyncio.run(store_starts(20, content))
+    cleanup()
+    for repeat in range(args.rounds):
+        for kind in ("store", "raw") if repeat % 2 == 0 else ("raw", "store"):
+            progress(f"  {args.starts} starts, {kind}, round {repeat + 1}/{args.rounds}")
+            if kind == "raw":
+                seconds = raw_starts(args.starts, content)
+            else:
+                seconds, round_outcomes = asyncio.run(store_starts(args.starts, content))
+                for key, value in round_outcomes.items():
+                    outcomes[key] = outcomes.get(key, 0) + value
+            rounds[kind].append(args.starts / seconds)
+            asyncio.run(sync_to_async(cleanup)())
+    facts += [
+        ("agent", "waits until abandoned (no chunk): the start is all that is measured; one process, one event loop"),
+        ("rounds", f"{args.rounds} per side, {args.starts} starts each, new conversations, sides alternating"),
+        ("took", f"{time.monotonic() - began:.0f} s"),
+    ]
+    print(format_facts(facts))
+    print()
+    store, raw = sorted(rounds["store"])[len(rounds["store"]) // 2], sorted(rounds["raw"])[len(rounds["raw"]) // 2]
+    header = ("side", "figure", "starts/s (median)", "rounds")
+    print(format_rows(header, [
+        ("store", "start_turn (runtime.turns), one after another", number(store),
+         ", ".join(number(rate) for rate in rounds["store"])),
+        ("raw", "the start transaction's statements, psycopg", number(raw), ", ".join(number(rate) for rate in rounds["raw"])),
+        ("store/raw", "", f"{store / raw:.2f}", ""),
+    ]))
+    print(f"\noutcomes of the store's turns (abandoned after each round): {outcomes}")
+    print()
+    print(format_statements("statements of one start in a new conversation", statements))
+    return 0
+
+
 # -- the run -------------------------------------------------------------------------------------------
 
 
@@ -342,6 +508,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--series", default="50,100,200,400,800,1000", help="turn counts N (default 50,...,1000)")
     parser.add_argument("--window", type=float, default=10.0, help="seconds measured once all N turns run (default 10)")
     parser.add_argument("--raw-window", type=float, default=5.0, help="seconds of raw psycopg ticks per N (default 5)")
+    parser.add_argument("--starts", type=int, nargs="?", const=1000, default=None,
+                        help="measure turn starts instead: this many per round (default 1000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per side with --starts (default 3)")
 
 
 def cleanup(tenant_prefix: str = TENANT_PREFIX) -> None:
@@ -390,9 +559,10 @@ def run(args: argparse.Namespace) -> int:
 
     from agent_persistence.conf import app_settings
 
-    override_settings(
-        AGENT_PERSISTENCE={**settings.AGENT_PERSISTENCE, "AGENTS": {AGENT_NAME: f"{__name__}.StreamingAgent"}}
-    ).enable()
+    agents = {AGENT_NAME: f"{__name__}.StreamingAgent", WAITING_AGENT: f"{__name__}.WaitingAgent"}
+    override_settings(AGENT_PERSISTENCE={**settings.AGENT_PERSISTENCE, "AGENTS": agents}).enable()
+    if args.starts:
+        return run_starts(args)
     install_counter()
     cleanup()
     with psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True) as connection:

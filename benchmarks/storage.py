@@ -25,7 +25,7 @@ import psycopg
 from agent_persistence.scope import Scope
 
 from . import raw
-from .appenders import AppenderPool
+from .appenders import EVENT_DATA, EVENT_TYPE, EVENTS, AppenderPool
 from .database import (
     BENCH_DATABASE_ENV,
     FULL_DATABASE,
@@ -38,6 +38,7 @@ from .database import (
 from .measure import Round, Rounds, time_each
 from .report import Row, format_facts, format_table, machine_facts
 from .seed import BENCH_TENANT, BENCH_USER, SeedPlan, Seeded, seed, seeded_as_planned
+from .trace import django_pgconn, format_statements, statements_of
 
 #: Reads the seeded conversation.
 READER = Scope(BENCH_TENANT, BENCH_USER)
@@ -346,18 +347,49 @@ def bench_event_appends(sizes: Sizes, connection: psycopg.Connection) -> list[Ro
     return rows
 
 
+# -- the statements of each side -----------------------------------------------------------------
+
+
+def append_statements(sizes: Sizes) -> str:
+    """The statements of one message append and one event append, store and raw, from libpq's trace.
+
+    The raw side runs on a fresh connection, so its statements are parsed
+    (and shown) rather than already prepared.
+    """
+    from agent_persistence.stores import conversation_store, event_store
+
+    conversation_id = new_conversation()
+    with connect(sizes.database, autocommit=True) as fresh:
+        messages = {
+            "store": statements_of(django_pgconn(), lambda: conversation_store().append_message(
+                WRITER, conversation_id, role="user", content=message_content(0))),
+            "raw": statements_of(fresh.pgconn, lambda: raw.append_message(
+                fresh, WRITER, conversation_id, role="user", content=message_content(1))),
+        }
+        events = {
+            "store": statements_of(django_pgconn(), lambda: event_store().append(WRITER, conversation_id, EVENTS)),
+            "raw": statements_of(fresh.pgconn, lambda: raw.append_event(
+                fresh, WRITER, conversation_id, type=EVENT_TYPE, data=EVENT_DATA)),
+        }
+    return "\n\n".join([
+        format_statements("statements of one message append (figure 1)", messages),
+        format_statements("statements of one event append (figure 3)", events),
+    ])
+
+
 # -- the command -------------------------------------------------------------------------------
 
 
-def measure(sizes: Sizes, seeded: Seeded, connection: psycopg.Connection) -> list[Row]:
+def measure(sizes: Sizes, seeded: Seeded, connection: psycopg.Connection) -> tuple[list[Row], str]:
     remove_written_rows(connection)
     try:
         progress("Measuring (store and raw rounds alternate) ...")
-        return (
+        rows = (
             bench_message_appends(sizes, connection)
             + bench_page_reads(sizes, seeded, connection)
             + bench_event_appends(sizes, connection)
         )
+        return rows, append_statements(sizes)
     finally:
         remove_written_rows(connection)
 
@@ -371,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
     seeded = prepare_database(sizes, reseed=args.reseed)
     with connect(sizes.database, autocommit=True) as connection:
         facts = machine_facts(connection)
-        rows = measure(sizes, seeded, connection)
+        rows, statements = measure(sizes, seeded, connection)
     facts += [
         ("seeded", f"{seeded.message_rows:,} messages, {seeded.target_messages:,} of them in the read conversation"),
         ("rounds", f"{sizes.repeats} per figure; rates: median of rounds; latencies: percentiles of all calls"),
@@ -381,6 +413,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(rows))
     print("\nstore/raw: below 1 the store is slower for rates (per second), above 1 slower for latencies (ms).")
+    print()
+    print(statements)
     if args.drop:
         close_django_connections()
         drop_database(sizes.database)

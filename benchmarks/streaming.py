@@ -59,10 +59,17 @@ def asgi_application() -> Any:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # Above channels-redis's 5 s blocking receive (redis-py 8 defaults to 5 s).
-            "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": 30}], "capacity": 1000},
+            # max_connections: redis-py 8 caps a pool at 100 connections, fewer than the layer's calls
+            # in flight with hundreds of streaming turns (MaxConnectionsError, the layer judged down).
+            "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": 30, "max_connections": 1000}], "capacity": 1000},
         }
     }
-    bench_settings.AGENT_PERSISTENCE = {**bench_settings.AGENT_PERSISTENCE, "AGENTS": {AGENT_NAME: "benchmarks.streaming.TimedAgent"}}
+    bench_settings.AGENT_PERSISTENCE = {
+        **bench_settings.AGENT_PERSISTENCE,
+        "AGENTS": {AGENT_NAME: "benchmarks.streaming.TimedAgent"},
+        # Every socket of the benchmark is one user's: the per-user cap would refuse the capacity steps.
+        "WEBSOCKET_MAX_PER_USER": 10_000,
+    }
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     from django.core.asgi import get_asgi_application
 
@@ -76,7 +83,7 @@ def asgi_application() -> Any:
 
 
 class Server:
-    def __init__(self, database: str, cpus: str | None) -> None:
+    def __init__(self, database: str, cpus: str | None, profile: str | None = None) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -86,21 +93,29 @@ class Server:
             command = ["taskset", "-c", cpus, *command]
         from .database import BENCH_DATABASE_ENV
 
+        self.profiler: subprocess.Popen[bytes] | None = None
         self.process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, BENCH_DATABASE_ENV: database})
         deadline = time.monotonic() + 30
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
+                break
             except OSError:
                 if time.monotonic() > deadline or self.process.poll() is not None:
                     raise RuntimeError("a benchmark server did not start")
                 time.sleep(0.1)
+        if profile:
+            # py-spy samples the server from outside (taskset execs uvicorn, so the pid is the server's).
+            self.profiler = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw",
+                                              "--rate", "100", "--pid", str(self.process.pid), "--output", profile])
 
     def url(self, conversation_id: uuid.UUID) -> str:
         return f"ws://127.0.0.1:{self.port}/ws/conversations/{conversation_id}/"
 
     def stop(self) -> None:
+        if self.profiler is not None:
+            self.profiler.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+            self.profiler.wait(60)
         self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(10)
@@ -260,6 +275,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer chunks, followers and capacity steps")
     parser.add_argument("--cpus", default="0,1", help="CPUs the servers are pinned to (taskset), default 0,1")
     parser.add_argument("--turns", type=int, nargs="+", help="capacity steps (concurrent turns), default 10 50 100 200 300 400 600 800")
+    parser.add_argument("--capacity-only", action="store_true", help="measure only the concurrent turns (the capacity steps)")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="run server A under py-spy (pip install py-spy) and write its collapsed stacks to FILE")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,15 +290,17 @@ def run(args: argparse.Namespace) -> int:
 
     close_django_connections()
     progress("starting two servers")
-    a, b = Server(FULL_DATABASE, args.cpus), Server(FULL_DATABASE, args.cpus)
+    a, b = Server(FULL_DATABASE, args.cpus, args.profile), Server(FULL_DATABASE, args.cpus)
     try:
         async def main() -> list[tuple[str, ...]]:
-            rows = await measure_latency(a, b, cookie, conversations[0], 100 if args.quick else 500)
-            progress("latency done")
-            rows += await measure_fan_out(a, b, cookie, conversations[1], 100, 40 if args.quick else 100)
-            progress("fan-out done")
-            rows += await measure_reattach(a, b, cookie, conversations[2], 20 if args.quick else 100)
-            progress("reattach done")
+            rows: list[tuple[str, ...]] = []
+            if not args.capacity_only:
+                rows += await measure_latency(a, b, cookie, conversations[0], 100 if args.quick else 500)
+                progress("latency done")
+                rows += await measure_fan_out(a, b, cookie, conversations[1], 100, 40 if args.quick else 100)
+                progress("fan-out done")
+                rows += await measure_reattach(a, b, cookie, conversations[2], 20 if args.quick else 100)
+                progress("reattach done")
             rows += await measure_capacity(a, cookie, conversations[3:], steps, 5.0 if args.quick else 10.0)
             return rows
 

@@ -31,6 +31,7 @@ from ..exceptions import Conflict, NotFound, StorageLimit, Validation
 from ..ids import uuid7
 from ..models import Conversation, LastTurnStatus, Message, Role, Run
 from ..scope import Scope
+from . import appends
 from .base import (
     UNSET,
     Page,
@@ -615,6 +616,12 @@ class ConversationStore:
         title = clean_text(title, "title", max_length=_max_length(Conversation, "title"), null=True)
         now = timezone.now()
         try:
+            if appends.enabled():
+                # One statement on PostgreSQL; it writes nothing when the general path below must decide.
+                with appends.unit():
+                    row = appends.append_message(scope, pk, message, now)
+                if row is not None:
+                    return row
             with transaction.atomic():
                 position = claim_conversation(scope, pk, count=1, create=create, agent=agent, title=title, now=now)
                 check_runs(pk, [message.run_id])

@@ -17,11 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from ..conf import app_settings
 from ..exceptions import Conflict, NotFound, Validation
 from ..models import Conversation, Event
 from ..scope import Scope
+from . import appends
 from .base import (
     async_twin,
     bump_counter,
@@ -94,12 +96,21 @@ class EventStore:
         if not batch:
             writable_conversation(scope, conversation_id)
             return []
+        pk = lookup_id(conversation_id)
+        # A batch with a status event decides the stop reason; one without leaves it as it is.
+        sets_stop_reason = _has_status_event(batch)
+        stop_reason = _stop_reason_after(None, batch)
         try:
+            if appends.enabled():
+                # One statement on PostgreSQL; it writes nothing when the scope does not own the conversation.
+                with appends.unit():
+                    rows = appends.append_events(scope, pk, batch, timezone.now(), stop_reason=stop_reason,
+                                                 sets_stop_reason=sets_stop_reason)
+                if rows is not None:
+                    return rows
             # One transaction, no inner savepoint: a refused insert rolls the counter back with it.
             with transaction.atomic():
-                pk = lookup_id(conversation_id)
-                # A batch with a status event decides the stop reason; one without leaves it as it is.
-                also = {"event_stop_reason": _stop_reason_after(None, batch)} if _has_status_event(batch) else {}
+                also = {"event_stop_reason": stop_reason} if sets_stop_reason else {}
                 last_seq = bump_counter(scope, pk, "last_event_seq", len(batch), **also)
                 if last_seq is None:
                     writable_conversation(scope, conversation_id)  # raises NotFound or ConversationNotOwned

@@ -42,6 +42,7 @@ from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
 from ..scope import Scope
 from ..statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus, TurnState
+from . import appends
 from .base import async_twin, bump_counter, check_scope, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import MessageInput, clean_agent, clean_message, insert_message, message_conflict
@@ -235,12 +236,30 @@ class TurnStore:
         """
         check_scope(scope)
         pk = parse_id(conversation_id, "conversation")
+        # A message id made here is new: no recording of the conversation can be at it.
+        fresh = message_id is None
         message_id = parse_id(message_id, "message_id") if message_id is not None else uuid.uuid4()
         agents = clean_known_agents(known_agents)
         wanted_agent = None if agent is None else clean_agent(agent)
         user_message = clean_message(role=Role.USER, content=content, id=user_message_id, metadata=metadata)
         replica = clean_replica(replica)
         run_id = uuid7()
+        if appends.enabled() and (wanted_agent or "") in agents:
+            plan = self._begin_in_new_conversation(scope, pk, agent_name=wanted_agent or "", message=user_message,
+                                                   message_id=message_id, run_id=run_id, replica=replica)
+            if plan is not None:
+                return plan
+        try:
+            return self._begin_locked(scope, pk, agents=agents, wanted_agent=wanted_agent, user_message=user_message,
+                                      message_id=message_id, run_id=run_id, replica=replica, fresh=fresh)
+        except IntegrityError:
+            # The user message's id is taken (PostgreSQL's one-statement writes roll the whole start back).
+            raise message_conflict([user_message.id]) from None
+
+    def _begin_locked(self, scope: Scope, pk: uuid.UUID, *, agents: frozenset[str], wanted_agent: str | None,
+                      user_message: MessageInput, message_id: uuid.UUID, run_id: uuid.UUID, replica: str,
+                      fresh: bool) -> TurnPlan:
+        """:meth:`begin` under locks 1 and 2, in one transaction (its writes one statement on PostgreSQL)."""
         with transaction.atomic():
             now = timezone.now()
             for _ in range(LOCK_ATTEMPTS):
@@ -267,16 +286,47 @@ class TurnStore:
                 # A new turn replaces a dead producer's: record the old one as lost, not running forever.
                 events.append(lost_event(row.message_id, row.epoch))
                 finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, PRODUCER_LOST, now)
-            epoch = claim(conversation, row, message_id=message_id, run_id=run_id, replica=replica, now=now)
-            position = set_conversation(
-                scope, conversation, messages=1, epoch=epoch, last_turn_status=LastTurnStatus.RUNNING, updated_at=now
-            )
-            insert_turn_message(pk, user_message, position, now)
-            new_run(pk, run_id=run_id, message_id=message_id, name=agent_name, epoch=epoch, now=now)
+            epoch = conversation.epoch + 1
             events.append(running_event(message_id, run_id, epoch))
-            self.events.append(scope, pk, events, run_id=run_id)
+            if appends.enabled():
+                if not appends.start_in_locked_conversation(
+                    scope, pk, row_epoch=None if row is None else row.epoch, epoch=epoch, agent=agent_name,
+                    message=user_message, message_id=message_id, run_id=run_id, replica=replica, events=events, now=now,
+                ):
+                    raise contended()
+            else:
+                claim(conversation, row, message_id=message_id, run_id=run_id, replica=replica, now=now)
+                position = set_conversation(
+                    scope, conversation, messages=1, epoch=epoch, last_turn_status=LastTurnStatus.RUNNING, updated_at=now
+                )
+                insert_turn_message(pk, user_message, position, now)
+                new_run(pk, run_id=run_id, message_id=message_id, name=agent_name, epoch=epoch, now=now)
+                self.events.append(scope, pk, events, run_id=run_id)
         return self._plan(scope, pk, message_id=message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
-                          resumed=False)
+                          resumed=False, fresh=fresh)
+
+    def _begin_in_new_conversation(self, scope: Scope, pk: uuid.UUID, *, agent_name: str, message: MessageInput,
+                                   message_id: uuid.UUID, run_id: uuid.UUID, replica: str) -> TurnPlan | None:
+        """:meth:`begin` when ``pk`` names no conversation yet, in one statement (PostgreSQL); None when one exists.
+
+        Nothing can lock a conversation that does not exist yet, so no lock
+        order is at stake; the plan needs no read (no recording, a transcript
+        of the one message, no checkpoint).
+        """
+        try:
+            with appends.unit():
+                stored = appends.start_in_new_conversation(
+                    scope, pk, agent=agent_name, message=message, message_id=message_id, run_id=run_id,
+                    replica=replica, events=[running_event(message_id, run_id, 1)], now=timezone.now(),
+                )
+        except IntegrityError:
+            raise message_conflict([message.id]) from None
+        if stored is None:
+            return None
+        return TurnPlan(
+            scope=scope, conversation_id=pk, message_id=message_id, run_id=run_id, epoch=1, agent_name=agent_name,
+            resumed=False, start_index=0, transcript=[stored], checkpoint={}, answers={},
+        )
 
     def continue_after_answers(
         self,
@@ -529,14 +579,23 @@ class TurnStore:
     def read_turn(self, scope: Scope | None, conversation_id: Any) -> TurnView:
         """The turn as a follower sees it now; NotFound when ``scope`` may not read the conversation."""
         pk = lookup_id(conversation_id)
-        idle_epoch = 0
         if scope is not None:
             check_scope(scope)
-            conversation = Conversation.objects.filter(pk=pk).only("tenant", "owner", "shared", "epoch").first()
+        if appends.enabled():
+            # One statement on PostgreSQL: the conversation, its row, the recording and the answer.
+            rows = appends.read_turn_rows(pk)
+            conversation, row = (None, None) if rows is None else (rows.conversation, rows.supervision)
+        else:
+            rows = None
+            conversation = None
+            if scope is not None:
+                conversation = Conversation.objects.filter(pk=pk).only("tenant", "owner", "shared", "epoch").first()
+            row = TurnSupervision.objects.filter(pk=pk).first()
+        idle_epoch = 0
+        if scope is not None:
             if conversation is None or not can_read(scope, conversation):
                 raise NotFound("No such conversation.")
             idle_epoch = conversation.epoch
-        row = TurnSupervision.objects.filter(pk=pk).first()
         status = status_of(row, idle_epoch=idle_epoch)
         view = TurnView(
             state=status.state, message_id=status.message_id, run_id=status.run_id, epoch=status.epoch,
@@ -544,11 +603,17 @@ class TurnStore:
         )
         if row is None:
             return view
-        record = StreamRecording.objects.filter(pk=pk, message_id=row.message_id).first()
-        if record is not None:
-            view.record = {"epoch": record.epoch, "index": record.index, "message": record.message}
+        if rows is not None:
+            view.record = rows.record
+        else:
+            record = StreamRecording.objects.filter(pk=pk, message_id=row.message_id).first()
+            if record is not None:
+                view.record = {"epoch": record.epoch, "index": record.index, "message": record.message}
         if status.state in (SupervisionStatus.DONE, SupervisionStatus.ERRORED):
-            message = Message.objects.filter(conversation_id=pk, pk=row.message_id).first()
+            if rows is not None:
+                message = rows.answer
+            else:
+                message = Message.objects.filter(conversation_id=pk, pk=row.message_id).first()
             if message is not None:
                 metadata = message.metadata or {}
                 final = {"role": Role.ASSISTANT.value, "content": message.content}
@@ -610,9 +675,14 @@ class TurnStore:
     # -- after the transaction ------------------------------------------------------------------
 
     def _plan(self, scope: Scope, pk: uuid.UUID, *, message_id: uuid.UUID, run_id: uuid.UUID, epoch: int,
-              agent_name: str, resumed: bool) -> TurnPlan:
-        """What the runtime needs to drive the run the transition just claimed (read after its commit)."""
-        record = StreamRecording.objects.filter(pk=pk, message_id=message_id).values_list("index", flat=True).first()
+              agent_name: str, resumed: bool, fresh: bool = False) -> TurnPlan:
+        """What the runtime needs to drive the run the transition just claimed (read after its commit).
+
+        ``fresh``: the turn's message id was made by the transition, so no recording is at it yet.
+        """
+        record = None
+        if not fresh:
+            record = StreamRecording.objects.filter(pk=pk, message_id=message_id).values_list("index", flat=True).first()
         checkpoint: dict[str, Any] = {}
         if resumed:
             state = self.checkpoints.load(pk)
