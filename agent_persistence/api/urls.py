@@ -21,3 +21,7 @@ urlpatterns = [
     *oauth.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
 ]
+
+from .routes import agui  # noqa: E402 - appended: AG-UI over server-sent events
+
+urlpatterns += agui.urlpatterns
