@@ -9,7 +9,8 @@ is the turn's message id). The mapping, frame by frame:
 frame                events
 ===================  ==========================================================================
 first ``status``     ``RUN_STARTED`` (``protocolVersion`` 1.0), then as any status
-``status``           ``STATE_SNAPSHOT`` ``{"turn": {state, messageId, runId, epoch}}`` when it changed
+``status``           ``STATE_SNAPSHOT`` ``{"turn": {state, messageId, runId, epoch}}`` when it changed;
+                     ``done`` / ``errored`` with no final answer stored: ``RUN_FINISHED`` / ``RUN_ERROR``
 ``delta``            ``TEXT_MESSAGE_START`` (once), ``TEXT_MESSAGE_CONTENT`` (the new text);
                      per new tool call ``TOOL_CALL_START``, ``_ARGS``, ``_END``, ``_RESULT``
 ``final``            the text and tool calls not sent yet, ``TEXT_MESSAGE_END``, then
@@ -84,6 +85,7 @@ class Translator:
         self.started = False
         self.text_open = False
         self.finished = False
+        self.attached = False
         self.turn_status: dict[str, Any] | None = None
         self.out: list[Emitted] = []
 
@@ -164,6 +166,23 @@ class Translator:
         if not self.started:
             self.open_run(message_id)
         self.snapshot({"state": frame["state"], "messageId": frame["message_id"], "runId": frame["run_id"], "epoch": frame["epoch"]})
+        if self.attached:
+            self.end_without_answer()
+
+    def on_attached(self, frame: dict[str, Any]) -> None:
+        """The follower sent all it read at attach (a final answer comes before the status that follows it)."""
+        self.attached = True
+        self.end_without_answer()
+
+    def end_without_answer(self) -> None:
+        """A turn that ended with no answer stored (and no interrupt pending) ends the run as it is."""
+        state = (self.turn_status or {}).get("state")
+        if self.finished or not self.started:
+            return
+        if state == "errored":
+            self.fail("errored", "The turn ended with an error.")
+        elif state == "done":
+            self.finish(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id or str(self.position.message_id)))
 
     def snapshot(self, status: dict[str, Any]) -> None:
         if status != self.turn_status:

@@ -71,6 +71,7 @@ async def event_stream(scope: Scope, conversation_id: uuid.UUID, *, start: Posit
                 last_index=start.index if start else None, offset=start.offset if start else None,
                 message_id=start.message_id if start else None,
             )
+            frames.put_nowait({"type": "attached"})
         except AccessLost:
             frames.put_nowait({"type": "access_lost"})
         while not translator.finished:

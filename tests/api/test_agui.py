@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 from agent_persistence.realtime.delivery import hub
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store
-from tests.agents import ANSWER
+from tests.agents import ANSWER, CHUNKS, TOOL_AT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -138,3 +138,143 @@ def test_a_turn_streams_as_one_valid_ag_ui_run_with_its_text_and_tool_result(ali
     assert snapshots[-1] == "done"
     assert all(event_id for event_id, _ in pairs), "every event carries an id"
     assert hub.count(conversation_id) == 0, "the stream let go of its hub subscription"
+
+
+def test_a_finished_turn_streams_whole_from_its_stored_answer(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
+    """Attached after the end: the status comes first, then the stored answer; the run ends only after it."""
+    start_turn(alice_client, conversation_id)
+    read_stream(alice_client.get(agui_url(conversation_id)))
+    pairs, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+    events = [event for _, event in pairs]
+    check_sequence(events)
+    assert events[1].snapshot["turn"]["state"] == "done"
+    assert text_of(events) == ANSWER
+    assert results_of(events) == [("call-1", {"answer": "result of q1"})]
+
+
+def test_last_event_id_resumes_exactly_with_nothing_twice_and_nothing_lost(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
+    """A client that left mid-answer reconnects with the id of the last event it got: text and results add up exactly."""
+    start_turn(alice_client, conversation_id)
+    first, _ = read_stream(alice_client.get(agui_url(conversation_id)), stop=lambda events: len(text_of(events)) > 40)
+    last_id = first[-1][0]
+    assert last_id and first[-1][1].type != EventType.RUN_FINISHED
+    second, _ = read_stream(alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=last_id))
+    before, after = [event for _, event in first], [event for _, event in second]
+    check_sequence(after)
+    assert text_of(before) + text_of(after) == ANSWER
+    assert results_of(before) + results_of(after) == [("call-1", {"answer": "result of q1"})]
+    # The resumed stream reopens the same message (AG-UI clients keep it by id) instead of starting another.
+    assert {e.message_id for e in before + after if e.type == EventType.TEXT_MESSAGE_START} == {str(before[1].snapshot["turn"]["messageId"])}
+    # Resuming from the very last event of a finished run sends no text at all, only the run's frame.
+    third, _ = read_stream(alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=second[-1][0]))
+    check_sequence([event for _, event in third])
+    assert text_of([event for _, event in third]) == "" and results_of([event for _, event in third]) == []
+    assert hub.count(conversation_id) == 0
+
+
+def test_a_resume_inside_a_tool_call_sends_its_arguments_and_result_once(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
+    """Cut right after TOOL_CALL_ARGS: the resumed stream reopens the call without its arguments and sends the result once."""
+    start_turn(alice_client, conversation_id)
+    first, _ = read_stream(
+        alice_client.get(agui_url(conversation_id)), stop=lambda events: any(e.type == EventType.TOOL_CALL_ARGS for e in events)
+    )
+    # The client got everything up to the arguments (a chunk can end anywhere).
+    first = first[: next(n for n, (_, e) in enumerate(first) if e.type == EventType.TOOL_CALL_ARGS) + 1]
+    cut = first[-1][0]
+    assert cut.endswith(":0:1"), cut
+    second, _ = read_stream(alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=cut))
+    after = [event for _, event in second]
+    check_sequence(after)
+    assert [e.type for e in after if e.type.name.startswith("TOOL_CALL")][:3] == [
+        EventType.TOOL_CALL_START, EventType.TOOL_CALL_END, EventType.TOOL_CALL_RESULT
+    ]
+    assert text_of([event for _, event in first]) + text_of(after) == ANSWER
+    assert results_of(after) == [("call-1", {"answer": "result of q1"})]
+
+
+@pytest.mark.parametrize(
+    "last_event_id",
+    [
+        "garbage",
+        "-1",
+        "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e5f:-1:0:0:0",
+        "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e5f:1:99999999999999999999999:0:0",
+        "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e5f:1:2:3:7",
+        "0192F5E4-6A7B-7C3D-8E9F-0A1B2C3D4E5F:1:2:3:0",
+        "x" * 10_000,
+        "0192f5e4-6a7b-7c3d-8e9f-0a1b2c3d4e5f:1:2:3:0\u00e9",
+    ],
+    ids=["garbage", "negative", "negative-index", "huge-offset", "bad-flag", "upper-case", "long", "trailing"],
+)
+def test_a_last_event_id_that_is_not_one_of_ours_is_400(alice_client: APIClient, conversation_id: uuid.UUID, last_event_id: str) -> None:
+    start_turn(alice_client, conversation_id, agent="echo")
+    response = alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=last_event_id)
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json()["code"] == "invalid_last_event_id"
+    assert response.json()["details"]["field"] == "Last-Event-ID"
+
+
+def test_a_position_past_the_finished_turn_is_400_and_one_of_another_turn_is_410(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
+    turn = start_turn(alice_client, conversation_id)
+    pairs, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+    message_id = turn["message_id"]
+    for past in (f"{message_id}:0:{len(ANSWER) + 1}:0:0", f"{message_id}:0:0:2:0", f"{message_id}:0:0:1:1", f"{message_id}:99999:0:0:0"):
+        response = alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=past)
+        assert (response.status_code, response.json()["code"]) == (400, "invalid_last_event_id"), past
+    response = alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=f"{uuid.uuid4()}:1:1:0:0")
+    assert (response.status_code, response.json()["code"]) == (410, "turn_superseded")
+
+
+def test_a_conversation_without_a_turn_is_409_and_others_conversations_are_404(
+    alice_client: APIClient, bob_client: APIClient, conversation_id: uuid.UUID
+) -> None:
+    response = alice_client.get(agui_url(conversation_id))
+    assert (response.status_code, response.json()["code"]) == (409, "no_turn")
+    start_turn(alice_client, conversation_id, agent="echo")
+    for path in (agui_url(conversation_id), agui_url(uuid.uuid4()), agui_url("not-a-uuid")):
+        response = bob_client.get(path)
+        assert response.status_code == 404, path
+        assert response["Content-Type"].startswith("application/json")
+
+
+def test_post_takes_an_ag_ui_run_agent_input_and_echoes_its_run_id(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
+    """HttpAgent's request: the body is validated by the ag-ui-protocol model; its runId names the run."""
+    start_turn(alice_client, conversation_id, agent="echo")
+    body = {"threadId": str(conversation_id), "runId": "run-7", "messages": [{"id": "u1", "role": "user", "content": "go"}],
+            "state": {}, "tools": [], "context": [], "forwardedProps": {}}
+    pairs, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json", HTTP_ACCEPT="text/event-stream"))
+    events = [event for _, event in pairs]
+    check_sequence(events)
+    assert events[0].run_id == events[-1].run_id == "run-7"
+    for bad in ({"runId": "r"}, {"threadId": "t", "runId": 5, "messages": []}, [], {"threadId": "t", "runId": "r", "messages": [{"role": "nobody"}]}):
+        response = alice_client.post(agui_url(conversation_id), bad, format="json", HTTP_ACCEPT="text/event-stream")
+        assert response.status_code == 400, bad
+        assert response["Content-Type"].startswith("application/json") and response.json()["code"] == "invalid"
+    response = alice_client.post(agui_url(conversation_id), "threadId=t", content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 415
+
+
+def test_a_turn_parked_on_an_approval_ends_the_run_with_an_interrupt_outcome(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
+    """AG-UI's interrupt: RUN_FINISHED with outcome interrupt naming the pending approval (and an activity snapshot of it)."""
+    start_turn(alice_client, conversation_id, agent="approval")
+    pairs, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+    events = [event for _, event in pairs]
+    check_sequence(events)
+    outcome = events[-1].outcome
+    assert events[-1].type == EventType.RUN_FINISHED and outcome.type == "interrupt"
+    (interrupt,) = outcome.interrupts
+    assert interrupt.reason == "tool_approval" and interrupt.tool_call_id == "call-1"
+    assert interrupt.metadata["payload"]["name"] == "lookup"
+    activities = [event for event in events if event.type == EventType.ACTIVITY_SNAPSHOT]
+    assert [a.message_id for a in activities] == [interrupt.id] and activities[0].activity_type == "interrupt"
+    assert text_of(events) == "".join(CHUNKS[:TOOL_AT])
+
+
+def test_an_errored_turn_ends_with_run_error(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
+    start_turn(alice_client, conversation_id, agent="failing")
+    pairs, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+    events = [event for _, event in pairs]
+    check_sequence(events)
+    assert events[-1].type == EventType.RUN_ERROR and events[-1].message
+    assert text_of(events) == "partial "

@@ -343,3 +343,18 @@ def test_lists_show_alice_s_rows_only_to_whom_may_see_them(actors: dict[str, Any
     assert listed("owner", "/api/tasks/") >= {str(private.task_id), str(shared.task_id)}
     assert listed("other", "/api/tasks/") & {str(private.task_id), str(shared.task_id)} == set()
     assert listed("tenant", "/api/tasks/") & {str(private.task_id), str(shared.task_id)} == set()
+
+
+# -- AG-UI over server-sent events (appended) -------------------------------------------------------
+
+MATRIX[("conversation-agui", "GET")] = Row(conversation("agui"), read())
+MATRIX[("conversation-agui", "POST")] = Row(
+    conversation("agui"), read(), body=lambda w: {"threadId": str(w.conversation_id), "runId": "matrix", "messages": []}
+)
+AGUI_CELLS = [(name, method, actor) for (name, method) in (("conversation-agui", "GET"), ("conversation-agui", "POST")) for actor in ACTORS]
+
+
+@pytest.mark.parametrize(("name", "method", "actor"), AGUI_CELLS, ids=[f"{m} {n} as {a}" for n, m, a in AGUI_CELLS])
+def test_agui_cell(name: str, method: str, actor: str, actors: dict[str, Any], alice_scope: Scope) -> None:
+    """The AG-UI rows (added after CELLS was taken): the same check as :func:`test_cell`."""
+    test_cell(name, method, actor, actors, alice_scope)
