@@ -118,6 +118,13 @@ def start_turn(client: APIClient, conversation_id: Any, agent: str = "scripted")
     return response.json()
 
 
+def finished_turn(client: APIClient, conversation_id: Any, agent: str = "echo") -> dict[str, Any]:
+    """A turn started and streamed to its end (its seal committed), so nothing of it runs past the test."""
+    turn = start_turn(client, conversation_id, agent)
+    read_stream(client.get(agui_url(conversation_id)))
+    return turn
+
+
 @pytest.fixture
 def conversation_id(alice_scope: Scope) -> uuid.UUID:
     return conversation_store().create(alice_scope, agent="scripted").id
@@ -207,7 +214,7 @@ def test_a_resume_inside_a_tool_call_sends_its_arguments_and_result_once(alice_c
     ids=["garbage", "negative", "negative-index", "huge-offset", "bad-flag", "upper-case", "long", "trailing"],
 )
 def test_a_last_event_id_that_is_not_one_of_ours_is_400(alice_client: APIClient, conversation_id: uuid.UUID, last_event_id: str) -> None:
-    start_turn(alice_client, conversation_id, agent="echo")
+    finished_turn(alice_client, conversation_id)
     response = alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=last_event_id)
     assert response.status_code == 400, response.content
     assert response["Content-Type"].startswith("application/json")
@@ -231,7 +238,7 @@ def test_a_conversation_without_a_turn_is_409_and_others_conversations_are_404(
 ) -> None:
     response = alice_client.get(agui_url(conversation_id))
     assert (response.status_code, response.json()["code"]) == (409, "no_turn")
-    start_turn(alice_client, conversation_id, agent="echo")
+    finished_turn(alice_client, conversation_id)
     for path in (agui_url(conversation_id), agui_url(uuid.uuid4()), agui_url("not-a-uuid")):
         response = bob_client.get(path)
         assert response.status_code == 404, path
@@ -240,7 +247,7 @@ def test_a_conversation_without_a_turn_is_409_and_others_conversations_are_404(
 
 def test_post_takes_an_ag_ui_run_agent_input_and_echoes_its_run_id(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
     """HttpAgent's request: the body is validated by the ag-ui-protocol model; its runId names the run."""
-    start_turn(alice_client, conversation_id, agent="echo")
+    finished_turn(alice_client, conversation_id)
     body = {"threadId": str(conversation_id), "runId": "run-7", "messages": [{"id": "u1", "role": "user", "content": "go"}],
             "state": {}, "tools": [], "context": [], "forwardedProps": {}}
     pairs, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json", HTTP_ACCEPT="text/event-stream"))
@@ -278,3 +285,42 @@ def test_an_errored_turn_ends_with_run_error(alice_client: APIClient, conversati
     check_sequence(events)
     assert events[-1].type == EventType.RUN_ERROR and events[-1].message
     assert text_of(events) == "partial "
+
+
+def test_the_openapi_schema_describes_both_methods_as_an_event_stream(anon_client: APIClient) -> None:
+    schema = anon_client.get("/api/schema/", {"format": "json"}).json()
+    path = schema["paths"]["/conversations/{conversation_id}/agui/"]
+    for method, operation_id in (("get", "agui_stream"), ("post", "agui_run")):
+        operation = path[method]
+        assert operation["operationId"] == operation_id
+        assert list(operation["responses"]["200"]["content"]) == ["text/event-stream"]
+        assert {"400", "403", "404", "409", "410"} <= set(operation["responses"])
+        headers = [p for p in operation["parameters"] if p["in"] == "header"]
+        assert [p["name"] for p in headers] == ["Last-Event-ID"]
+    body = path["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["threadId", "runId", "messages"]
+
+
+def test_a_run_with_resume_entries_answers_the_interrupt_and_streams_the_rest_of_the_turn(
+    alice_client: APIClient, bob_client: APIClient, alice_scope: Scope, conversation_id: uuid.UUID
+) -> None:
+    """AG-UI's resume: approve the tool in the next run's input; it streams on from the interrupt, nothing twice."""
+    turn = start_turn(alice_client, conversation_id, agent="approval")
+    first, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+    (interrupt,) = first[-1][1].outcome.interrupts
+    body = {"threadId": str(conversation_id), "runId": "run-2", "messages": [],
+            "resume": [{"interruptId": interrupt.id, "status": "resolved", "payload": {"approved": True}}]}
+    conversation_store().share(alice_scope, conversation_id)
+    refused = bob_client.post(agui_url(conversation_id), body, format="json")  # a reader may stream, not answer
+    assert (refused.status_code, refused.json()["code"]) == (403, "conversation_not_owned")
+    second, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json"))
+    before, after = [event for _, event in first], [event for _, event in second]
+    check_sequence(after)
+    assert after[0].run_id == "run-2" and after[-1].outcome.type == "success"
+    assert text_of(before) + text_of(after) == ANSWER
+    assert results_of(after) == [("call-1", {"answer": "result of q1"})]
+    # The same request again (a client retrying): the answer stands, the turn does not run again, nothing is sent twice.
+    third, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json"))
+    check_sequence([event for _, event in third])
+    assert text_of([event for _, event in third]) == "" and results_of([event for _, event in third]) == []
+    assert {e.message_id for e in after if e.type == EventType.TEXT_MESSAGE_START} == {turn["message_id"]}

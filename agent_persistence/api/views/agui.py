@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 import pydantic
-from ag_ui.core import RunAgentInput
+from ag_ui.core import ResumeEntry, RunAgentInput
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -22,10 +22,13 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from ...agui.positions import HEADER, check_position, parse_position
+from ...agui.positions import HEADER, Position, check_position, parse_position
 from ...agui.streams import CONTENT_TYPE, blocking_event_stream, event_stream
 from ...exceptions import Conflict, Validation
+from ...runtime import loop
+from ...runtime.turns import continue_turn
 from ...stores import turn_store
+from ...stores.protocols import TurnView
 from ..schema import extend_schema
 from ..serializers.base import error_responses
 from .base import ScopedAPIView
@@ -82,6 +85,24 @@ def run_agent_input(data: Any) -> RunAgentInput:
         raise Validation(f"Not an AG-UI RunAgentInput: {where}: {problem['msg']}.", field=where[:100]) from None
 
 
+def answers_of(resume: list[ResumeEntry]) -> list[dict[str, Any]]:
+    """AG-UI resume entries as the interrupts endpoint's answers: a cancelled one answers ``{"cancelled": true}``."""
+    return [
+        {"id": entry.interrupt_id, "response": entry.payload if entry.status == "resolved" else {"cancelled": True}}
+        for entry in resume
+    ]
+
+
+def end_of(turn: TurnView) -> Position:
+    """Where a client that saw the whole of the turn's last run stands (the run that answers resumes from there)."""
+    message = (turn.record or {}).get("message") or {}
+    content = message.get("content")
+    return Position(
+        turn.message_id, turn.record["index"] if turn.record else 0, len(content) if isinstance(content, str) else 0,
+        len(message.get("tool_calls") or []),
+    )
+
+
 @non_atomic
 class AgUiStreamView(ScopedAPIView):
     """The conversation's turn as an AG-UI run over server-sent events, resumable with Last-Event-ID."""
@@ -103,20 +124,27 @@ class AgUiStreamView(ScopedAPIView):
         tags=TAGS, operation_id="agui_run", parameters=[CONVERSATION_ID, LAST_EVENT_ID],
         request={"application/json": RUN_AGENT_INPUT_SCHEMA},
         responses={**STREAM_RESPONSE, **error_responses(*ERRORS, 413, 415)},
-        description=DESCRIPTION + " The body is AG-UI's RunAgentInput (what HttpAgent sends); its runId names the run.",
+        description=DESCRIPTION + " The body is AG-UI's RunAgentInput (what HttpAgent sends); its runId names the run. "
+        "With resume entries the run answers the turn's pending interrupts first (all of them, as POST interrupts/: "
+        "the owner only, 403 conversation_not_owned for readers; a cancelled entry answers {\"cancelled\": true}) and "
+        "streams the continued turn from where the interrupted run ended.",
         examples=[OpenApiExample("HttpAgent", value={"threadId": "9b1e...", "runId": "run-1", "messages": []}, request_only=True)],
     )
     def post(self, request: Request, conversation_id: str) -> StreamingHttpResponse:
         body = run_agent_input(request.data)
-        return self.stream(request, conversation_id, run_id=body.run_id)
+        return self.stream(request, conversation_id, run_id=body.run_id, resume=body.resume or [])
 
-    def stream(self, request: Request, conversation_id: str, *, run_id: str | None) -> StreamingHttpResponse:
+    def stream(self, request: Request, conversation_id: str, *, run_id: str | None,
+               resume: list[ResumeEntry] | None = None) -> StreamingHttpResponse:
         start = parse_position(request.headers.get(HEADER))
         turn = turn_store().read_turn(self.scope, conversation_id)
         if turn.message_id is None:
             raise Conflict("The conversation has no turn yet: start one, then stream it.", code="no_turn")
         if start is not None:
             start = check_position(start, turn)
+        if resume:
+            start = start or end_of(turn)
+            loop.run(continue_turn(self.scope, conversation_id, answers_of(resume)))
         asgi = isinstance(request._request, ASGIRequest)
         events = event_stream(self.scope, uuid.UUID(str(conversation_id)), start=start, run_id=run_id, use_relay=asgi)
         response = StreamingHttpResponse(events if asgi else blocking_event_stream(events), content_type=CONTENT_TYPE)

@@ -99,3 +99,15 @@ export function fetchKeepingEventIds() {
   };
   return state;
 }
+
+/** Resolves once `server` holds no follower, hub subscription or relay count (each stream released all). */
+export async function untilReleased(info, server, timeout = 30_000) {
+  const deadline = Date.now() + timeout;
+  let stats;
+  while (Date.now() < deadline) {
+    stats = await (await fetch(`${base(info, server)}/_realtime/stats`)).json();
+    if (stats.follower_tasks === 0 && stats.hub_subscriptions === 0 && stats.relay_followers === 0) return stats;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`server ${server} still holds what a finished stream took: ${JSON.stringify(stats)}`);
+}

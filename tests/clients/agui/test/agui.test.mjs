@@ -4,7 +4,9 @@ import { after, before, test } from "node:test";
 
 import { HttpAgent } from "@ag-ui/client";
 
-import { authHeaders, base, fetchKeepingEventIds, newConversation, startServers, startTurn, storedMessages } from "../servers.mjs";
+import {
+  authHeaders, base, fetchKeepingEventIds, newConversation, startServers, startTurn, storedMessages, untilReleased,
+} from "../servers.mjs";
 
 let info;
 
@@ -75,6 +77,7 @@ test("cut mid-answer on server a, HttpAgent resumes on server b with Last-Event-
   const held = first.messages.find((message) => message.id === turn.message_id);
   assert.ok(held && held.content.length > 60, "the first connection got part of the answer");
   assert.ok(keeping.lastEventId, "an event id was kept");
+  await untilReleased(info, "a"); // the client went away: its stream let go of everything
   // The cut left the client short of the answer (the turn may have gone on, or even ended, meanwhile).
   assert.ok(held.content.length < 420, "the first connection was cut before the whole answer");
 
@@ -86,6 +89,7 @@ test("cut mid-answer on server a, HttpAgent resumes on server b with Last-Event-
   await second.runAgent({}, { onEvent: ({ event }) => void types.push(event.type) });
   assert.equal(types.at(-1), "RUN_FINISHED");
   await assertEndsWithTheStoredTurn(second.messages, conversationId, turn.message_id);
+  await untilReleased(info, "b");
 });
 
 test("a Last-Event-ID that is not ours is a 400 with a JSON body, not a stream", { timeout: 30_000 }, async () => {
