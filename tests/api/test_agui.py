@@ -11,7 +11,6 @@ package's models, and every stream is checked against the AG-UI event order
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any, Callable
 
@@ -224,7 +223,7 @@ def test_a_last_event_id_that_is_not_one_of_ours_is_400(alice_client: APIClient,
 
 def test_a_position_past_the_finished_turn_is_400_and_one_of_another_turn_is_410(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
     turn = start_turn(alice_client, conversation_id)
-    pairs, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+    read_stream(alice_client.get(agui_url(conversation_id)))  # to its end
     message_id = turn["message_id"]
     for past in (f"{message_id}:0:{len(ANSWER) + 1}:0:0", f"{message_id}:0:0:2:0", f"{message_id}:0:0:1:1", f"{message_id}:99999:0:0:0"):
         response = alice_client.get(agui_url(conversation_id), HTTP_LAST_EVENT_ID=past)

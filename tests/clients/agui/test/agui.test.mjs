@@ -102,3 +102,26 @@ test("a Last-Event-ID that is not ours is a 400 with a JSON body, not a stream",
   assert.match(response.headers.get("content-type"), /application\/json/);
   assert.equal((await response.json()).code, "invalid_last_event_id");
 });
+
+test("an approval ends the run with AG-UI's interrupt outcome; the next run's resume entry approves it and streams the rest", { timeout: 60_000 }, async () => {
+  const conversationId = await newConversation(info, "approval");
+  const turn = await startTurn(info, "a", conversationId);
+  const client = agent("b", conversationId);
+  let outcome;
+  await client.runAgent({}, { onRunFinishedEvent: ({ event }) => void (outcome = event.outcome) });
+  assert.equal(outcome?.type, "interrupt");
+  const [interrupt] = outcome.interrupts;
+  assert.equal(interrupt.reason, "tool_approval");
+  assert.equal(interrupt.toolCallId, "call-1");
+  const heldBefore = client.messages.find((message) => message.id === turn.message_id).content;
+  let finished;
+  await client.runAgent(
+    { resume: [{ interruptId: interrupt.id, status: "resolved", payload: { approved: true } }] },
+    { onRunFinishedEvent: ({ event }) => void (finished = event.outcome) },
+  );
+  assert.equal(finished?.type ?? "success", "success");
+  const answer = client.messages.find((message) => message.id === turn.message_id);
+  assert.ok(answer.content.startsWith(heldBefore) && answer.content.length > heldBefore.length);
+  await assertEndsWithTheStoredTurn(client.messages, conversationId, turn.message_id);
+  await untilReleased(info, "b");
+});
