@@ -127,7 +127,8 @@ class Translator:
         self.emit(event)
 
     def fail(self, code: str, message: str) -> None:
-        self.finish(RunErrorEvent(message=message, code=code))
+        if not self.finished:
+            self.finish(RunErrorEvent(message=message, code=code))
 
     def text(self, text: str) -> None:
         if text:

@@ -81,12 +81,14 @@ async def event_stream(scope: Scope, conversation_id: uuid.UUID, *, start: Posit
             except TimeoutError:
                 yield ": keep-alive\n\n"
                 continue
-            chunk = "".join(encode(event_id, event, encoder) for event_id, event in translator.translate(frame))
+            emitted = translator.translate(frame)
+            translator.out = []  # sent: after a failure only what the failed translation emitted is left to send
+            chunk = "".join(encode(event_id, event, encoder) for event_id, event in emitted)
             if chunk:
                 yield chunk
     except Exception:  # noqa: BLE001 - the client gets a RUN_ERROR, the log the traceback
         logger.exception("The AG-UI stream of conversation %s failed.", conversation_id)
-        translator.out = []
+        # What the failed translation emitted before it raised stays: the translator's state includes it.
         translator.fail("internal_error", "The server could not go on streaming this turn.")
         yield "".join(encode(event_id, event, encoder) for event_id, event in translator.out)
     finally:

@@ -323,3 +323,23 @@ def test_a_run_with_resume_entries_answers_the_interrupt_and_streams_the_rest_of
     check_sequence([event for _, event in third])
     assert text_of([event for _, event in third]) == "" and results_of([event for _, event in third]) == []
     assert {e.message_id for e in after if e.type == EventType.TEXT_MESSAGE_START} == {turn["message_id"]}
+
+
+def test_a_failure_inside_the_stream_ends_the_run_with_run_error_and_releases_everything(
+    alice_client: APIClient, conversation_id: uuid.UUID, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fault injection: translating a frame raises; the client gets RUN_ERROR internal_error, the log the traceback."""
+    from agent_persistence.agui.events import Translator
+
+    def broken(self: Translator, text: str) -> None:
+        raise RuntimeError("a bug in the translation")
+
+    finished_turn(alice_client, conversation_id, agent="scripted")
+    monkeypatch.setattr(Translator, "text", broken)
+    pairs, raw = read_stream(alice_client.get(agui_url(conversation_id)))
+    events = [event for _, event in pairs]
+    check_sequence(events)
+    assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "internal_error"
+    assert "a bug in the translation" not in raw
+    assert "a bug in the translation" in caplog.text
+    assert hub.count(conversation_id) == 0
