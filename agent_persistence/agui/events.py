@@ -157,6 +157,8 @@ class Translator:
 
     def on_status(self, frame: dict[str, Any]) -> None:
         if frame["message_id"] is None:
+            if self.started:  # the turn's rows went away: the conversation was deleted
+                self.fail("not_found", "The conversation is gone.")
             return  # no turn yet (the view refuses that; a race): wait for one
         message_id = uuid.UUID(frame["message_id"])
         if self.position is not None and message_id != self.position.message_id:

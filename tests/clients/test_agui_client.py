@@ -51,4 +51,4 @@ def test_ag_ui_client_follows_and_resumes_a_turn_on_two_real_servers(installed: 
     result = run("node", "--test", "--test-reporter=spec", "test/", timeout=390)
     output = f"{result.stdout[-8000:]}\n{result.stderr[-4000:]}"
     assert result.returncode == 0, output
-    assert "ℹ pass 4" in result.stdout and "ℹ fail 0" in result.stdout, output
+    assert "ℹ pass 5" in result.stdout and "ℹ fail 0" in result.stdout, output

@@ -66,9 +66,9 @@ export async function startTurn(info, server, conversationId, content = "go") {
   return json(response, "start turn");
 }
 
-/** The conversation's stored messages. */
-export async function storedMessages(info, conversationId) {
-  const response = await fetch(`${base(info, "a")}/api/conversations/${conversationId}/messages/`, { headers: authHeaders(info) });
+/** The conversation's stored messages, read on `server`. */
+export async function storedMessages(info, conversationId, server = "a") {
+  const response = await fetch(`${base(info, server)}/api/conversations/${conversationId}/messages/`, { headers: authHeaders(info) });
   return (await json(response, "messages")).items;
 }
 
@@ -110,4 +110,20 @@ export async function untilReleased(info, server, timeout = 30_000) {
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   throw new Error(`server ${server} still holds what a finished stream took: ${JSON.stringify(stats)}`);
+}
+
+/** serve.py's control port: POST /servers/<name>/kill, /stop, /start. */
+export async function control(info, path) {
+  const response = await fetch(`http://127.0.0.1:${info.control}${path}`, { method: "POST" });
+  return json(response, `control ${path}`);
+}
+
+/** Resumes the conversation's dead turn on `server` (POST turns/resume/). */
+export async function resumeTurn(info, server, conversationId) {
+  const response = await fetch(`${base(info, server)}/api/conversations/${conversationId}/turns/resume/`, {
+    method: "POST",
+    headers: { ...authHeaders(info), "Content-Type": "application/json" },
+    body: "{}",
+  });
+  return json(response, "resume turn");
 }

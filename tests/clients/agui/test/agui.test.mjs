@@ -5,7 +5,8 @@ import { after, before, test } from "node:test";
 import { HttpAgent } from "@ag-ui/client";
 
 import {
-  authHeaders, base, fetchKeepingEventIds, newConversation, startServers, startTurn, storedMessages, untilReleased,
+  authHeaders, base, control, fetchKeepingEventIds, newConversation, resumeTurn, startServers, startTurn, storedMessages,
+  untilReleased,
 } from "../servers.mjs";
 
 let info;
@@ -29,8 +30,8 @@ function agent(server, conversationId, { headers = {}, fetch, initialMessages } 
 }
 
 /** What the client ends with must be exactly what the server stored: the answer's text, its tool calls and results. */
-async function assertEndsWithTheStoredTurn(messages, conversationId, messageId) {
-  const stored = (await storedMessages(info, conversationId)).find((message) => message.id === messageId);
+async function assertEndsWithTheStoredTurn(messages, conversationId, messageId, { server = "a", tools = true } = {}) {
+  const stored = (await storedMessages(info, conversationId, server)).find((message) => message.id === messageId);
   assert.ok(stored, `turn ${messageId} has a stored message`);
   const answer = messages.filter((message) => message.id === messageId);
   assert.equal(answer.length, 1, "the answer is one message");
@@ -46,7 +47,7 @@ async function assertEndsWithTheStoredTurn(messages, conversationId, messageId) 
     results.map((message) => ({ id: message.toolCallId, result: JSON.parse(message.content) })),
     storedCalls.map((call) => ({ id: call.id, result: call.result })),
   );
-  assert.ok(storedCalls.length > 0, "the scripted turn calls a tool");
+  if (tools) assert.ok(storedCalls.length > 0, "the scripted turn calls a tool");
 }
 
 test("HttpAgent follows a turn produced on server a from server b, to exactly the stored answer", { timeout: 60_000 }, async () => {
@@ -124,4 +125,36 @@ test("an approval ends the run with AG-UI's interrupt outcome; the next run's re
   assert.ok(answer.content.startsWith(heldBefore) && answer.content.length > heldBefore.length);
   await assertEndsWithTheStoredTurn(client.messages, conversationId, turn.message_id);
   await untilReleased(info, "b");
+});
+
+// Last: it kills server a (and starts it again at the end).
+test("the producer's server is SIGKILLed mid-answer: the AG-UI run on the other server goes on through the takeover", { timeout: 90_000 }, async () => {
+  // The paced agent: 300 chunks of 6 characters, one every 0.1 s, so the kill lands mid-answer.
+  const conversationId = await newConversation(info, "paced");
+  const turn = await startTurn(info, "a", conversationId, JSON.stringify({ chunks: 300, every: 0.1 }));
+  const client = agent("b", conversationId);
+  let text = "";
+  let killed;
+  let resumed;
+  const epochs = [];
+  try {
+    await client.runAgent({}, {
+      onTextMessageContentEvent: ({ event }) => {
+        text += event.delta;
+        if (text.length > 100 && !killed) killed = control(info, "/servers/a/kill");
+      },
+      onStateSnapshotEvent: ({ event }) => {
+        const { state, epoch } = event.snapshot.turn;
+        epochs.push(epoch);
+        if (state === "dead" && !resumed) resumed = killed.then(() => resumeTurn(info, "b", conversationId));
+      },
+    });
+    assert.ok(killed && resumed, "the producer was killed and the turn resumed mid-run");
+    assert.ok((await resumed).epoch > 1 && Math.max(...epochs) > 1, "the stream showed the takeover");
+    await assertEndsWithTheStoredTurn(client.messages, conversationId, turn.message_id, { server: "b", tools: false });
+    assert.equal(text, client.messages.find((message) => message.id === turn.message_id).content, "no text twice");
+    await untilReleased(info, "b");
+  } finally {
+    await control(info, "/servers/a/start");
+  }
 });
