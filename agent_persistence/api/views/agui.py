@@ -39,9 +39,16 @@ LAST_EVENT_ID = OpenApiParameter(
     HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER,
     description="Resume after this event (the `id:` of the last event received): `<message_id>:<index>:<offset>:<results>:<args>`.",
 )
+#: The JSON of each event's ``data:`` (one of AG-UI's events; the ag-ui-protocol models are the full contract).
+AG_UI_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One AG-UI event (protocol 1.0), camelCase, as the ag-ui-protocol models serialize it.",
+    "properties": {"type": {"type": "string", "description": "RUN_STARTED, TEXT_MESSAGE_CONTENT, ... (see docs/reference/agui.md)."}},
+    "required": ["type"],
+}
 STREAM_RESPONSE = {
     (200, CONTENT_TYPE): OpenApiResponse(
-        OpenApiTypes.STR,
+        AG_UI_EVENT_SCHEMA,
         description="AG-UI events as server-sent events (`id:` the position, `data:` the event's JSON), until the run ends.",
     )
 }
