@@ -39,12 +39,15 @@ LAST_EVENT_ID = OpenApiParameter(
     HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER,
     description="Resume after this event (the `id:` of the last event received): `<message_id>:<index>:<offset>:<results>:<args>`.",
 )
-#: The JSON of each event's ``data:`` (one of AG-UI's events; the ag-ui-protocol models are the full contract).
+#: One server-sent event of the stream (OpenAPI's itemSchema convention: the SSE fields of each event).
 AG_UI_EVENT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "One AG-UI event (protocol 1.0), camelCase, as the ag-ui-protocol models serialize it.",
-    "properties": {"type": {"type": "string", "description": "RUN_STARTED, TEXT_MESSAGE_CONTENT, ... (see docs/reference/agui.md)."}},
-    "required": ["type"],
+    "properties": {
+        "id": {"type": "string", "description": "The position: <message_id>:<index>:<offset>:<results>:<args>."},
+        "event": {"type": "string"},
+        "data": {"type": "string", "description": "One AG-UI event (protocol 1.0) as JSON, as the ag-ui-protocol models serialize it."},
+    },
+    "required": ["data"],
 }
 STREAM_RESPONSE = {
     (200, CONTENT_TYPE): OpenApiResponse(
@@ -61,11 +64,11 @@ RUN_AGENT_INPUT_SCHEMA: dict[str, Any] = {
         "runId": {"type": "string", "description": "Echoed as the runId of RUN_STARTED and RUN_FINISHED."},
         "parentRunId": {"type": "string"},
         "protocolVersion": {"type": "string"},
-        "state": {},
+        "state": {"type": "object", "description": "Not acted on (AG-UI allows any JSON)."},
         "messages": {"type": "array", "items": _OBJECT},
         "tools": {"type": "array", "items": _OBJECT},
         "context": {"type": "array", "items": _OBJECT},
-        "forwardedProps": {},
+        "forwardedProps": {"type": "object", "description": "Not acted on (AG-UI allows any JSON)."},
         "resume": {"type": "array", "items": _OBJECT},
     },
     "required": ["threadId", "runId", "messages"],
