@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .routes import activities, conversations, files, oauth, runs, tasks, tickets, turns
+from .routes import activities, agui, artifacts, conversations, files, oauth, runs, tasks, tickets, turns
 from .schema import SchemaView
 
 app_name = "agent_persistence"
@@ -22,10 +22,8 @@ urlpatterns = [
     *runs.urlpatterns,
     *activities.urlpatterns,
     *tickets.urlpatterns,
+    *artifacts.urlpatterns,
+    *agui.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
 ]
 
-# Artifacts and generation runs (issue 11).
-from .routes import artifacts  # noqa: E402
-
-urlpatterns += artifacts.urlpatterns

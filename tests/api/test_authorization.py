@@ -264,18 +264,19 @@ MATRIX: dict[tuple[str, str], Row] = {
         lambda w: f"/api/generation-runs/{with_generation(w).pk}/", write(200), body=lambda w: {"status": "completed"}
     ),
     ("generation-run-detail", "DELETE"): Row(lambda w: f"/api/generation-runs/{with_generation(w).pk}/", write(204)),
-}
-
-
-# activity rows and reconstruct-for-reload
-MATRIX.update({
+    # activity rows and reconstruct-for-reload
     ("conversation-activities", "GET"): Row(conversation("activities"), read()),
     ("conversation-activities", "PUT"): Row(
         conversation("activities"), write(200),
         body=lambda w: {"activities": [{"activity_type": "web_search", "content": {"found": 1}}]},
     ),
     ("conversation-reconstruct", "GET"): Row(conversation("reconstruct"), read()),
-})
+    # AG-UI over server-sent events: reading the stream (and answering through POST's resume) needs read access
+    ("conversation-agui", "GET"): Row(conversation("agui"), read()),
+    ("conversation-agui", "POST"): Row(
+        conversation("agui"), read(), body=lambda w: {"threadId": str(w.conversation_id), "runId": "matrix", "messages": []}
+    ),
+}
 
 
 # -- enumerating the URLconf ------------------------------------------------------------------------

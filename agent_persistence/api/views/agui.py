@@ -1,0 +1,163 @@
+"""The AG-UI endpoint: a conversation's turn as AG-UI events over server-sent events.
+
+``GET`` (an ``EventSource``) or ``POST`` with a ``RunAgentInput`` (``@ag-ui/client``'s
+``HttpAgent``, CopilotKit) stream the conversation's current turn as one AG-UI
+run, from its start or from the position a ``Last-Event-ID`` names, on any
+replica. Access is the other turn endpoints': what the user may not read is 404.
+The stream itself is :mod:`agent_persistence.agui.streams`; see
+``docs/reference/agui.md``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pydantic
+from ag_ui.core import ResumeEntry, RunAgentInput
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+
+from ...agui.positions import HEADER, Position, check_position, parse_position
+from ...agui.streams import CONTENT_TYPE, blocking_event_stream, event_stream
+from ...exceptions import Conflict, Validation
+from ...runtime import loop
+from ...runtime.turns import continue_turn
+from ...stores import turn_store
+from ...stores.protocols import TurnView
+from ..schema import extend_schema
+from ..serializers.base import error_responses
+from .base import ScopedAPIView
+from .turns import CONVERSATION_ID, non_atomic
+
+TAGS = ["agui"]
+LAST_EVENT_ID = OpenApiParameter(
+    HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER,
+    description="Resume after this event (the `id:` of the last event received): `<message_id>:<index>:<offset>:<results>:<args>`.",
+)
+#: One server-sent event of the stream (OpenAPI's itemSchema convention: the SSE fields of each event).
+AG_UI_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "The position: <message_id>:<index>:<offset>:<results>:<args>."},
+        "event": {"type": "string"},
+        "data": {"type": "string", "description": "One AG-UI event (protocol 1.0) as JSON, as the ag-ui-protocol models serialize it."},
+    },
+    "required": ["data"],
+}
+STREAM_RESPONSE = {
+    (200, CONTENT_TYPE): OpenApiResponse(
+        AG_UI_EVENT_SCHEMA,
+        description="AG-UI events as server-sent events (`id:` the position, `data:` the event's JSON), until the run ends.",
+    )
+}
+_OBJECT: dict[str, Any] = {"type": "object"}
+RUN_AGENT_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "AG-UI's RunAgentInput (camelCase, as AG-UI clients send it); validated by the ag-ui-protocol models.",
+    "properties": {
+        "threadId": {"type": "string"},
+        "runId": {"type": "string", "description": "Echoed as the runId of RUN_STARTED and RUN_FINISHED."},
+        "parentRunId": {"type": "string"},
+        "protocolVersion": {"type": "string"},
+        "state": {"type": "object", "description": "Not acted on (AG-UI allows any JSON)."},
+        "messages": {"type": "array", "items": _OBJECT},
+        "tools": {"type": "array", "items": _OBJECT},
+        "context": {"type": "array", "items": _OBJECT},
+        "forwardedProps": {"type": "object", "description": "Not acted on (AG-UI allows any JSON)."},
+        "resume": {"type": "array", "items": _OBJECT},
+    },
+    "required": ["threadId", "runId", "messages"],
+}
+ERRORS = (400, 401, 403, 404, 409, 410)
+DESCRIPTION = (
+    "Streams the conversation's current turn as one AG-UI run: RUN_STARTED, STATE_SNAPSHOT of the turn's status, "
+    "TEXT_MESSAGE_START/CONTENT/END, TOOL_CALL_START/ARGS/END/RESULT, ACTIVITY_SNAPSHOT of pending interrupts, and "
+    "RUN_FINISHED (outcome success, cancelled or interrupt) or RUN_ERROR. A Last-Event-ID resumes exactly after that "
+    "event, on any server: 400 invalid_last_event_id when it is not an event id of this turn or is past what the turn "
+    "holds, 410 turn_superseded when another turn holds the conversation. 409 no_turn when it has never had a turn."
+)
+
+
+def run_agent_input(data: Any) -> RunAgentInput:
+    """The body as AG-UI's RunAgentInput; 400 ``invalid`` (with the first problem) otherwise."""
+    if not isinstance(data, dict):
+        raise Validation("The body is an AG-UI RunAgentInput object.", field="body")
+    try:
+        return RunAgentInput.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "body"
+        raise Validation(f"Not an AG-UI RunAgentInput: {where}: {problem['msg']}.", field=where[:100]) from None
+
+
+def answers_of(resume: list[ResumeEntry]) -> list[dict[str, Any]]:
+    """AG-UI resume entries as the interrupts endpoint's answers: a cancelled one answers ``{"cancelled": true}``."""
+    return [
+        {"id": entry.interrupt_id, "response": entry.payload if entry.status == "resolved" else {"cancelled": True}}
+        for entry in resume
+    ]
+
+
+def end_of(turn: TurnView) -> Position:
+    """Where a client that saw the whole of the turn's last run stands (the run that answers resumes from there)."""
+    message = (turn.record or {}).get("message") or {}
+    content = message.get("content")
+    return Position(
+        turn.message_id, turn.record["index"] if turn.record else 0, len(content) if isinstance(content, str) else 0,
+        len(message.get("tool_calls") or []),
+    )
+
+
+@non_atomic
+class AgUiStreamView(ScopedAPIView):
+    """The conversation's turn as an AG-UI run over server-sent events, resumable with Last-Event-ID."""
+
+    # Errors are JSON whatever the client accepts (AG-UI clients send Accept: text/event-stream).
+    renderer_classes = [JSONRenderer]
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        tags=TAGS, operation_id="agui_stream", parameters=[CONVERSATION_ID, LAST_EVENT_ID],
+        responses={**STREAM_RESPONSE, **error_responses(*ERRORS)}, description=DESCRIPTION,
+    )
+    def get(self, request: Request, conversation_id: str) -> StreamingHttpResponse:
+        return self.stream(request, conversation_id, run_id=None)
+
+    @extend_schema(
+        tags=TAGS, operation_id="agui_run", parameters=[CONVERSATION_ID, LAST_EVENT_ID],
+        request={"application/json": RUN_AGENT_INPUT_SCHEMA},
+        responses={**STREAM_RESPONSE, **error_responses(*ERRORS, 413, 415)},
+        description=DESCRIPTION + " The body is AG-UI's RunAgentInput (what HttpAgent sends); its runId names the run. "
+        "With resume entries the run answers the turn's pending interrupts first (all of them, as POST interrupts/: "
+        "the owner only, 403 conversation_not_owned for readers; a cancelled entry answers {\"cancelled\": true}) and "
+        "streams the continued turn from where the interrupted run ended.",
+        examples=[OpenApiExample("HttpAgent", value={"threadId": "9b1e...", "runId": "run-1", "messages": []}, request_only=True)],
+    )
+    def post(self, request: Request, conversation_id: str) -> StreamingHttpResponse:
+        body = run_agent_input(request.data)
+        return self.stream(request, conversation_id, run_id=body.run_id, resume=body.resume or [])
+
+    def stream(self, request: Request, conversation_id: str, *, run_id: str | None,
+               resume: list[ResumeEntry] | None = None) -> StreamingHttpResponse:
+        start = parse_position(request.headers.get(HEADER))
+        turn = turn_store().read_turn(self.scope, conversation_id)
+        if turn.message_id is None:
+            raise Conflict("The conversation has no turn yet: start one, then stream it.", code="no_turn")
+        if start is not None:
+            start = check_position(start, turn)
+        if resume:
+            start = start or end_of(turn)
+            loop.run(continue_turn(self.scope, conversation_id, answers_of(resume)))
+        asgi = isinstance(request._request, ASGIRequest)
+        events = event_stream(self.scope, uuid.UUID(str(conversation_id)), start=start, run_id=run_id, use_relay=asgi)
+        response = StreamingHttpResponse(events if asgi else blocking_event_stream(events), content_type=CONTENT_TYPE)
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+        return response
