@@ -315,6 +315,7 @@ class ConversationStoreProtocol(Protocol):
         agent: Any = None,
         pinned_first: Any = False,
         action_due_before: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Conversation]:
         """The scope's own conversations, newest first (``order="asc"``: oldest first)."""
         ...
@@ -381,6 +382,7 @@ class ConversationStoreProtocol(Protocol):
         order: Any = "asc",
         before: Any = None,
         after: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Message]:
         """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors."""
         ...
@@ -430,6 +432,7 @@ class ConversationStoreProtocol(Protocol):
         agent: Any = None,
         pinned_first: Any = False,
         action_due_before: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Conversation]:
         """Async twin of :meth:`list`."""
         ...
@@ -498,6 +501,7 @@ class ConversationStoreProtocol(Protocol):
         order: Any = "asc",
         before: Any = None,
         after: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Message]:
         """Async twin of :meth:`list_messages`."""
         ...
@@ -704,6 +708,7 @@ class FileStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        with_total: bool | None = None,
     ) -> Page[StoredFile]:
         """The conversation's files, oldest first (``order="desc"``: newest first)."""
         ...
@@ -751,6 +756,7 @@ class FileStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        with_total: bool | None = None,
     ) -> Page[StoredFile]:
         """Async twin of :meth:`list`."""
         ...
@@ -796,6 +802,7 @@ class TaskStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        with_total: bool | None = None,
     ) -> Page[Task]:
         """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered."""
         ...
@@ -860,6 +867,7 @@ class TaskStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        with_total: bool | None = None,
     ) -> Page[Task]:
         """Async twin of :meth:`list`."""
         ...
@@ -929,6 +937,7 @@ class RunStoreProtocol(Protocol):
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        with_total: bool | None = None,
     ) -> Page[Run]:
         """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's."""
         ...
@@ -1001,6 +1010,7 @@ class RunStoreProtocol(Protocol):
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        with_total: bool | None = None,
     ) -> Page[Run]:
         """Async twin of :meth:`list`."""
         ...
