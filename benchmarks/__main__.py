@@ -6,7 +6,7 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import api, checkpoints, idle_sockets, langgraph_saver, runtime, storage, streaming
+from . import api, checkpoints, idle_sockets, langgraph_saver, pages, runtime, storage, streaming
 
 BENCHMARKS: dict[str, ModuleType] = {
     "storage": storage,
@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "streaming": streaming,
     "api": api,
     "idle_sockets": idle_sockets,
+    "pages": pages,
 }
 
 

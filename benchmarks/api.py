@@ -57,8 +57,9 @@ EVENTS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per figure and side (default 5)")
-    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per figure and side (default 1)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round, figure and side (default 3)")
+    parser.add_argument("--warmup", type=float, default=0.5, help="warm-up seconds per round, figure and side (default 0.5)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per figure; API and baseline alternate (default 3)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="uvicorn worker counts (default 1 2)")
     parser.add_argument("--drop", action="store_true", help="drop the benchmark database when done")
@@ -254,6 +255,12 @@ class Result:
     def rate(self) -> float:
         return self.requests / self.seconds
 
+    def __add__(self, other: Result) -> Result:
+        failures = dict(self.failures)
+        for code, count in other.failures.items():
+            failures[code] = failures.get(code, 0) + count
+        return Result(self.requests + other.requests, self.seconds + other.seconds, self.latencies + other.latencies, failures)
+
 
 def session_credentials(seeded: Seeded) -> tuple[dict[str, str], dict[str, str]]:
     """The cookies and headers of the seeded user's session, with a CSRF token."""
@@ -335,18 +342,24 @@ def format_results(lines: list[Line]) -> str:
 
 
 def measure(base_url: str, seeded: Seeded, args: argparse.Namespace, workers: int) -> list[Line]:
-    """Every read figure through the API and the baseline (which goes first alternates), then the append."""
+    """Every read figure through the API and the baseline, then the append.
+
+    A figure is ``--rounds`` short rounds per side, the sides taking turns and
+    the first of each round alternating, so load that drifts on a shared
+    machine falls on both; a side's figure sums its rounds.
+    """
     lines: list[Line] = []
-    for number, (figure, target) in enumerate(figures(seeded).items()):
-        sides = ["api", "baseline"] if number % 2 == 0 else ["baseline", "api"]
+    for figure, target in figures(seeded).items():
         results: dict[str, Result] = {}
-        for side in sides:
-            progress(f"{workers} worker(s): {figure}, {side} ...")
-            request = read_request(side, target)
-            results[side] = asyncio.run(load(base_url, seeded, request, args.clients, args.warmup, args.seconds))
+        for round_number in range(args.rounds):
+            for side in ("api", "baseline") if round_number % 2 == 0 else ("baseline", "api"):
+                progress(f"{workers} worker(s): {figure}, {side}, round {round_number + 1}/{args.rounds} ...")
+                request = read_request(side, target)
+                result = asyncio.run(load(base_url, seeded, request, args.clients, args.warmup, args.seconds))
+                results[side] = results[side] + result if side in results else result
         lines.append((workers, figure, results["api"], results["baseline"]))
     progress(f"{workers} worker(s): append a message ...")
-    appended = asyncio.run(load(base_url, seeded, append_request(seeded), args.clients, args.warmup, args.seconds))
+    appended = asyncio.run(load(base_url, seeded, append_request(seeded), args.clients, args.warmup, args.seconds * args.rounds))
     lines.append((workers, "append a message (no baseline)", appended, None))
     return lines
 
@@ -362,7 +375,11 @@ def run(args: argparse.Namespace) -> int:
     facts += [
         ("server", "uvicorn " + __import__("uvicorn").__version__ + f", example_project.asgi, workers {args.workers}"),
         ("client", f"{args.clients} concurrent httpx {httpx.__version__} clients in one process on the same machine"),
-        ("window", f"{args.warmup:g} s warm-up, then {args.seconds:g} s measured per figure"),
+        (
+            "window",
+            f"{args.rounds} rounds per figure and side, API and baseline taking turns; "
+            f"each {args.warmup:g} s warm-up, then {args.seconds:g} s measured",
+        ),
         (
             "database",
             f"{API_DATABASE}: {CONVERSATIONS:,} conversations, one of {MESSAGES:,} messages, {EVENTS:,} events, "

@@ -384,7 +384,11 @@ class ConversationStoreProtocol(Protocol):
         after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Message]:
-        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors."""
+        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors.
+
+        ``with_total`` (None: only without a cursor) counts the messages into ``Page.total``;
+        uncounted, ``total`` is None and ``has_more`` is still exact.
+        """
         ...
 
     def update_message(
