@@ -151,6 +151,11 @@ def test_a_cursor_read_of_messages_is_one_statement(alice_client: Any, full: dic
     assert (queries, body["total"], body["has_more"], len(body["items"])) == (1, None, True, 10)
 
 
+def test_an_event_page_is_one_statement(alice_client: Any, full: dict[str, Any]) -> None:
+    queries, body = queries_of(alice_client, url("event-list", full["conversation"].pk), {"after": 10, "limit": 10})
+    assert (queries, [event["seq"] for event in body["events"]], body["has_more"]) == (1, list(range(11, 21)), True)
+
+
 def test_total_is_null_on_cursor_reads_unless_asked_and_counted_otherwise(alice_client: Any, full: dict[str, Any]) -> None:
     pk, messages = full["conversation"].pk, full["messages"]
     read = lambda name, query: alice_client.get(url(name, pk), query).json()  # noqa: E731
@@ -171,7 +176,7 @@ def test_total_is_null_on_cursor_reads_unless_asked_and_counted_otherwise(alice_
 @pytest.mark.parametrize("name", ["conversation-list", "message-list", "task-list"])
 def test_a_bad_total_is_400_invalid_parameter(alice_client: Any, alice_scope: Scope, name: str) -> None:
     conversation = conversation_store().create(alice_scope)
-    for value in ("yes", "2", "truee"):
+    for value in ("yes", "2", "truee", "true\x00", "1" * 10_000):
         path = url(name, conversation.pk) if name == "message-list" else url(name)
         response = alice_client.get(path, {"total": value})
         assert (response.status_code, response.json()["code"]) == (400, "invalid_parameter")
