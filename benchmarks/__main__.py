@@ -6,7 +6,7 @@ import argparse
 import sys
 from types import ModuleType
 
-from . import api, checkpoints, idle_sockets, langgraph_saver, pages, runtime, storage, streaming
+from . import api, api_cpu, checkpoints, idle_sockets, langgraph_saver, pages, runtime, storage, streaming
 
 BENCHMARKS: dict[str, ModuleType] = {
     "storage": storage,
@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "api": api,
     "idle_sockets": idle_sockets,
     "pages": pages,
+    "api-cpu": api_cpu,
 }
 
 
