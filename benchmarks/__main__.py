@@ -9,9 +9,11 @@ from types import ModuleType
 from . import (
     activities,
     api,
+    api_cpu,
     checkpoints,
     idle_sockets,
     langgraph_saver,
+    pages,
     runtime,
     storage,
     streaming,
@@ -28,6 +30,8 @@ BENCHMARKS: dict[str, ModuleType] = {
     "idle_sockets": idle_sockets,
     "transcripts": transcripts,
     "activities": activities,
+    "pages": pages,
+    "api-cpu": api_cpu,
 }
 
 

@@ -34,3 +34,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"agent_persistence": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# The example project's URLs and, under baseline/, the plain Django views the API is measured against.
+ROOT_URLCONF = "benchmarks.urls"

@@ -1,4 +1,9 @@
-"""Paging query parameters in, store pages out: ``{"items", "total", "limit", "offset", "has_more"}``."""
+"""Paging query parameters in, store pages out: ``{"items", "total", "limit", "offset", "has_more"}``.
+
+``total`` is null when the page was read without counting: the default of a
+read from a cursor (``before`` / ``after``), or ``?total=false``; ``?total=true``
+asks for it.
+"""
 
 from __future__ import annotations
 
@@ -42,9 +47,28 @@ def int_param(request: Any, name: str, default: int | None) -> int | None:
     return value
 
 
+def total_param(request: Any) -> bool | None:
+    """``total``: true / 1 or false / 0, else 400 ``invalid_parameter``; None (the store's default) when absent."""
+    raw = request.query_params.get("total")
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise Validation("total must be true or false.", code="invalid_parameter", field="total")
+
+
 def paging(request: Any) -> dict[str, Any]:
-    """``limit`` and ``offset`` from the query string (the store validates their range)."""
-    return {"limit": int_param(request, "limit", app_settings.DEFAULT_PAGE_SIZE), "offset": int_param(request, "offset", 0)}
+    """``limit``, ``offset`` and ``total`` (as the store's ``with_total``) from the query string.
+
+    The store validates the range of each and decides when ``total`` is absent.
+    """
+    return {
+        "limit": int_param(request, "limit", app_settings.DEFAULT_PAGE_SIZE),
+        "offset": int_param(request, "offset", 0),
+        "with_total": total_param(request),
+    }
 
 
 def page_body(page: Page[Any], serialize: Callable[[Any], Any]) -> dict[str, Any]:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, connections
-from django.db.models import Q
+from django.db.models import Exists, Q
 
 from .. import json_policy
 from ..conf import app_settings
@@ -34,16 +34,25 @@ UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET", "__bool__": la
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page of a listing: ``has_more`` is ``offset + len(items) < total``."""
+    """One page of a listing.
+
+    ``total`` counts the whole listing, or is None when the page was read
+    without counting it (``with_total=False``, the default of cursor reads);
+    ``has_more`` is then given by the reader (one row read past the page),
+    otherwise it is ``offset + len(items) < total``.
+    """
 
     items: list[T]
-    total: int
+    total: int | None
     limit: int
     offset: int
-    has_more: bool = field(init=False)
+    has_more: bool = None  # type: ignore[assignment]  # None: from total
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "has_more", self.offset + len(self.items) < self.total)
+        if self.has_more is None:
+            if self.total is None:
+                raise TypeError("A page without a total needs has_more.")
+            object.__setattr__(self, "has_more", self.offset + len(self.items) < self.total)
 
 
 def heal_connections() -> None:
@@ -186,16 +195,43 @@ def clean_paging(limit: Any, offset: Any) -> tuple[int, int]:
 MAX_OFFSET = 2**63 - 1
 
 
-def paginate(queryset: Any, limit: int, offset: int) -> Page[Any]:
+def clean_with_total(with_total: Any, *cursors: Any) -> bool:
+    """Whether a listing counts its total: as asked, else (None) unless it is read from a cursor.
+
+    Counting costs what the listing holds, not what the page holds: on a long
+    transcript it was most of a cursor page's time. A cursor reader moves by
+    ``has_more`` and the cursor, so it gets no total unless it asks.
+    """
+    if with_total is None:
+        return all(cursor is None for cursor in cursors)
+    if not isinstance(with_total, bool):
+        raise Validation("with_total must be true or false.", field="with_total")
+    return with_total
+
+
+def paginate(queryset: Any, limit: int, offset: int, *, with_total: bool = True) -> Page[Any]:
     """One page of ``queryset`` (already ordered), from paging cleaned by :func:`clean_paging`.
 
-    The one paging helper of every store listing. It counts first and skips the
-    page query once ``offset`` is past the end, so an offset however large never
-    reaches the driver's ``OFFSET``.
+    The one paging helper of every store listing. With ``with_total`` it counts
+    first and skips the page query once ``offset`` is past the end, so an offset
+    however large never reaches the driver's ``OFFSET``; without, it reads one
+    row past the page for ``has_more`` (an ``OFFSET`` up to ``MAX_OFFSET``
+    fits the 64-bit column both databases use for it).
     """
+    if not with_total:
+        rows = list(queryset[offset : offset + limit + 1])
+        return Page(items=rows[:limit], total=None, limit=limit, offset=offset, has_more=len(rows) > limit)
     total = queryset.count()
     items = list(queryset[offset : offset + limit]) if offset < total else []
     return Page(items=items, total=total, limit=limit, offset=offset)
+
+
+def page_of_rows(rows: list[Any], limit: int, offset: int, *, with_total: bool = True) -> Page[Any]:
+    """:func:`paginate` for rows already in a list (the in-memory stores)."""
+    items = rows[offset : offset + limit]
+    if with_total:
+        return Page(items=items, total=len(rows), limit=limit, offset=offset)
+    return Page(items=items, total=None, limit=limit, offset=offset, has_more=offset + limit < len(rows))
 
 
 def clean_order(order: Any, default: str) -> str:
@@ -227,6 +263,17 @@ def readable_conversation(scope: Scope, conversation_id: Any) -> Conversation:
         return Conversation.objects.get(readable(scope), pk=pk)
     except Conversation.DoesNotExist:
         raise NotFound("No such conversation.") from None
+
+
+def may_read(scope: Scope, conversation_pk: uuid.UUID) -> Exists:
+    """The access check of :func:`readable_conversation` as a condition of a listing's own statement.
+
+    Uncorrelated, so the database evaluates it once (PostgreSQL: a one-time
+    filter over the page's index scan). A page read with it that comes back
+    empty must still call :func:`readable_conversation`, to answer NotFound for
+    a conversation the scope may not see rather than an empty page.
+    """
+    return Exists(Conversation.objects.filter(readable(scope), pk=conversation_pk))
 
 
 def writable_conversation(scope: Scope, conversation_id: Any, *, for_update: bool = False) -> Conversation:

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Subquery
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -44,8 +44,10 @@ from .base import (
     clean_order,
     clean_paging,
     clean_text,
+    clean_with_total,
     json_size,
     lookup_id,
+    may_read,
     paginate,
     parse_id,
     readable_conversation,
@@ -331,6 +333,11 @@ def message_conflict(message_ids: Iterable[uuid.UUID], *, merged_into: uuid.UUID
     return Conflict("The transcript changed during the write; try again.")
 
 
+def cursor_position(pk: uuid.UUID, message_pk: uuid.UUID) -> Any:
+    """The position of a message of the conversation, as a subquery (no ordering: Message's joins the conversation)."""
+    return Message.objects.filter(pk=message_pk, conversation_id=pk).order_by().values("position")
+
+
 def transcript(pk: uuid.UUID) -> list[Message]:
     return list(Message.objects.filter(conversation_id=pk).order_by("position"))
 
@@ -487,6 +494,7 @@ class ConversationStore:
         agent: Any = None,
         pinned_first: Any = False,
         action_due_before: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Conversation]:
         """The scope's own conversations, newest first (``order="asc"``: oldest first)."""
         check_scope(scope)
@@ -506,7 +514,7 @@ class ConversationStore:
             ordering = ["created_at", "id"]
         if pinned_first:
             ordering.insert(0, "-pinned")
-        return paginate(queryset.order_by(*ordering), limit, offset)
+        return paginate(queryset.order_by(*ordering), limit, offset, with_total=clean_with_total(with_total))
 
     def update(
         self,
@@ -649,17 +657,50 @@ class ConversationStore:
         order: Any = "asc",
         before: Any = None,
         after: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Message]:
-        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors."""
+        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors.
+
+        ``with_total`` (default: only without a cursor) counts the messages the
+        page is taken from. Without it the page is one statement on the
+        ``(conversation, position)`` index: the access check and the cursors'
+        positions are its subqueries, and ``has_more`` comes from one row past
+        the page. Only an empty page looks again, to tell "no more messages"
+        from a conversation or a cursor the scope may not see.
+        """
+        check_scope(scope)
         limit, offset = clean_paging(limit, offset)
         order = clean_order(order, "asc")
+        with_total = clean_with_total(with_total, before, after)
+        ordering = "position" if order == "asc" else "-position"
+        if with_total:
+            conversation = readable_conversation(scope, conversation_id)
+            queryset = Message.objects.filter(conversation_id=conversation.pk)
+            if before is not None:
+                queryset = queryset.filter(position__lt=self._message_of(conversation.pk, before).position)
+            if after is not None:
+                queryset = queryset.filter(position__gt=self._message_of(conversation.pk, after).position)
+            return paginate(queryset.order_by(ordering), limit, offset)
+        try:
+            pk = lookup_id(conversation_id)
+            cursors = {
+                lookup: Subquery(cursor_position(pk, lookup_id(cursor, "message")))
+                for lookup, cursor in (("position__lt", before), ("position__gt", after))
+                if cursor is not None
+            }
+        except NotFound:
+            page = None  # a malformed id: raised below, in the order of the counted read
+        else:
+            queryset = Message.objects.filter(may_read(scope, pk), conversation_id=pk, **cursors)
+            page = paginate(queryset.order_by(ordering), limit, offset, with_total=False)
+            if page.items:
+                return page
         conversation = readable_conversation(scope, conversation_id)
-        queryset = Message.objects.filter(conversation_id=conversation.pk)
-        if before is not None:
-            queryset = queryset.filter(position__lt=self._message_of(conversation.pk, before).position)
-        if after is not None:
-            queryset = queryset.filter(position__gt=self._message_of(conversation.pk, after).position)
-        return paginate(queryset.order_by("position" if order == "asc" else "-position"), limit, offset)
+        for cursor in (before, after):
+            if cursor is not None:
+                self._message_of(conversation.pk, cursor)
+        assert page is not None, "a malformed cursor passed lookup_id"
+        return page
 
     def update_message(
         self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = UNSET, metadata: Any = UNSET

@@ -34,6 +34,7 @@ from .base import (
     clean_paging,
     clean_text,
     lookup_id,
+    may_read,
     parse_id,
     readable,
     readable_conversation,
@@ -133,21 +134,33 @@ class EventStore:
         limit: int | None = None,
         order: str = "asc",
     ) -> EventPage:
-        """Events with ``after < seq < before``, optionally of the given ``types``."""
-        conversation = readable_conversation(scope, conversation_id)
-        after = _clean_seq(after, "after")
-        before = None if before is None else _clean_seq(before, "before")
-        type_names = _clean_types(types)
-        limit, _ = clean_paging(limit, 0)
-        order = clean_order(order, "asc")
+        """Events with ``after < seq < before``, optionally of the given ``types``.
 
-        queryset = Event.objects.filter(conversation=conversation, seq__gt=after)
+        One statement on the ``(conversation, seq)`` index, the access check its
+        subquery; only an empty page checks access on its own, so that a
+        conversation the scope may not see is NotFound, not an empty page.
+        """
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        try:
+            after = _clean_seq(after, "after")
+            before = None if before is None else _clean_seq(before, "before")
+            type_names = _clean_types(types)
+            limit, _ = clean_paging(limit, 0)
+            order = clean_order(order, "asc")
+        except Validation:
+            readable_conversation(scope, pk)  # NotFound comes first, as for every read
+            raise
+
+        queryset = Event.objects.filter(may_read(scope, pk), conversation_id=pk, seq__gt=after)
         if before is not None:
             queryset = queryset.filter(seq__lt=before)
         if type_names is not None:
             queryset = queryset.filter(type__in=type_names)
         # One row past the page tells whether another page follows, without a count.
         rows = list(queryset.order_by("seq" if order == "asc" else "-seq")[: limit + 1])
+        if not rows:
+            readable_conversation(scope, pk)
         events = rows[:limit]
         return EventPage(events=events, has_more=len(rows) > limit, last_seq=events[-1].seq if events else after)
 

@@ -41,6 +41,7 @@ from .base import (
     clean_order,
     clean_paging,
     clean_text,
+    clean_with_total,
     lookup_id,
     paginate,
     readable,
@@ -270,6 +271,7 @@ class FileStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        with_total: bool | None = None,
     ) -> Page[StoredFile]:
         """The conversation's files, oldest first (``order="desc"``: newest first)."""
         conversation = readable_conversation(scope, conversation_id)
@@ -277,7 +279,7 @@ class FileStore:
         order = clean_order(order, "asc")
         ordering = ("created_at", "id") if order == "asc" else ("-created_at", "-id")
         files = StoredFile.objects.filter(conversation=conversation).order_by(*ordering)
-        return paginate(files, limit, offset)
+        return paginate(files, limit, offset, with_total=clean_with_total(with_total))
 
     def delete(self, scope: Scope, file_id: Any) -> None:
         """Delete the file: its record now, its content once the deletion commits."""

@@ -315,6 +315,7 @@ class ConversationStoreProtocol(Protocol):
         agent: Any = None,
         pinned_first: Any = False,
         action_due_before: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Conversation]:
         """The scope's own conversations, newest first (``order="asc"``: oldest first)."""
         ...
@@ -381,8 +382,13 @@ class ConversationStoreProtocol(Protocol):
         order: Any = "asc",
         before: Any = None,
         after: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Message]:
-        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors."""
+        """The transcript, oldest first; ``before`` / ``after`` are strict message-id cursors.
+
+        ``with_total`` (None: only without a cursor) counts the messages into ``Page.total``;
+        uncounted, ``total`` is None and ``has_more`` is still exact.
+        """
         ...
 
     def update_message(
@@ -436,6 +442,7 @@ class ConversationStoreProtocol(Protocol):
         agent: Any = None,
         pinned_first: Any = False,
         action_due_before: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Conversation]:
         """Async twin of :meth:`list`."""
         ...
@@ -504,6 +511,7 @@ class ConversationStoreProtocol(Protocol):
         order: Any = "asc",
         before: Any = None,
         after: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Message]:
         """Async twin of :meth:`list_messages`."""
         ...
@@ -716,6 +724,7 @@ class FileStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        with_total: bool | None = None,
     ) -> Page[StoredFile]:
         """The conversation's files, oldest first (``order="desc"``: newest first)."""
         ...
@@ -763,6 +772,7 @@ class FileStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        with_total: bool | None = None,
     ) -> Page[StoredFile]:
         """Async twin of :meth:`list`."""
         ...
@@ -808,6 +818,7 @@ class TaskStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        with_total: bool | None = None,
     ) -> Page[Task]:
         """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered."""
         ...
@@ -872,6 +883,7 @@ class TaskStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        with_total: bool | None = None,
     ) -> Page[Task]:
         """Async twin of :meth:`list`."""
         ...
@@ -942,6 +954,7 @@ class RunStoreProtocol(Protocol):
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        with_total: bool | None = None,
     ) -> Page[Run]:
         """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's."""
         ...
@@ -1026,6 +1039,7 @@ class RunStoreProtocol(Protocol):
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        with_total: bool | None = None,
     ) -> Page[Run]:
         """Async twin of :meth:`list`."""
         ...

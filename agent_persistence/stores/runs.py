@@ -42,6 +42,7 @@ from .base import (
     clean_json,
     clean_paging,
     clean_text,
+    clean_with_total,
     lookup_id,
     paginate,
     parse_id,
@@ -294,6 +295,7 @@ class RunStore:
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        with_total: bool | None = None,
     ) -> Page[Run]:
         """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's."""
         limit, offset = clean_paging(limit, offset)
@@ -302,7 +304,7 @@ class RunStore:
         runs = Run.objects.filter(conversation=conversation).order_by("-started_at", "-id")
         if turn_id is not None:
             runs = runs.filter(message_id=turn_id)
-        return paginate(runs, limit, offset)
+        return paginate(runs, limit, offset, with_total=clean_with_total(with_total))
 
     def children(self, scope: Scope, run_id: Any) -> list[Run]:
         """The run's child runs (subagents), oldest first."""

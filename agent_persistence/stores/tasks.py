@@ -32,6 +32,7 @@ from .base import (
     clean_order,
     clean_paging,
     clean_text,
+    clean_with_total,
     json_size,
     lookup_id,
     paginate,
@@ -167,6 +168,7 @@ class TaskStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        with_total: bool | None = None,
     ) -> Page[Task]:
         """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered."""
         check_scope(scope)
@@ -179,7 +181,7 @@ class TaskStore:
             tasks = tasks.filter(status=clean_status(status))
         ordering = ("-created_at", "-id") if order == "desc" else ("created_at", "id")
         tasks = tasks.order_by(*ordering)
-        return paginate(tasks, limit, offset)
+        return paginate(tasks, limit, offset, with_total=clean_with_total(with_total))
 
     def update(
         self,

@@ -769,16 +769,60 @@ class ConversationStoreContract(FamilyContract):
         self, store: Any, conversation: Conversation
     ) -> None:
         m = [self.append(store, conversation, str(i)) for i in range(5)]
-        before = store.list_messages(ALICE, conversation.id, before=m[3].id)
+        before = store.list_messages(ALICE, conversation.id, before=m[3].id, with_total=True)
         assert (ids(before.items), before.total, before.has_more) == (ids(m[:3]), 3, False)
-        after = store.list_messages(ALICE, conversation.id, after=str(m[1].id))
+        after = store.list_messages(ALICE, conversation.id, after=str(m[1].id), with_total=True)
         assert (ids(after.items), after.total) == (ids(m[2:]), 3)
-        between = store.list_messages(ALICE, conversation.id, after=m[0].id, before=m[4].id)
+        between = store.list_messages(ALICE, conversation.id, after=m[0].id, before=m[4].id, with_total=True)
         assert (ids(between.items), between.total) == (ids(m[1:4]), 3)
-        newest_before = store.list_messages(ALICE, conversation.id, before=m[4].id, order="desc", limit=2)
+        newest_before = store.list_messages(ALICE, conversation.id, before=m[4].id, order="desc", limit=2, with_total=True)
         assert (ids(newest_before.items), newest_before.total, newest_before.has_more) == ([m[3].id, m[2].id], 4, True)
         assert store.list_messages(ALICE, conversation.id, before=m[0].id).items == []
-        assert store.list_messages(ALICE, conversation.id, after=m[4].id).total == 0
+        assert store.list_messages(ALICE, conversation.id, after=m[4].id, with_total=True).total == 0
+
+    def test_a_cursor_read_is_not_counted_unless_asked_and_has_more_is_exact(
+        self, store: Any, conversation: Conversation
+    ) -> None:
+        m = [self.append(store, conversation, str(i)) for i in range(5)]
+        pages = [
+            store.list_messages(ALICE, conversation.id, after=m[0].id, limit=2),
+            store.list_messages(ALICE, conversation.id, after=m[2].id, limit=2),
+            store.list_messages(ALICE, conversation.id, before=m[4].id, order="desc", limit=3),
+            store.list_messages(ALICE, conversation.id, before=m[4].id, order="desc", limit=4),
+            store.list_messages(ALICE, conversation.id, before=m[4].id, order="desc", limit=3, offset=1),
+            store.list_messages(ALICE, conversation.id, after=m[4].id),
+        ]
+        assert [(ids(page.items), page.total, page.has_more) for page in pages] == [
+            (ids(m[1:3]), None, True),
+            (ids(m[3:5]), None, False),
+            ([m[3].id, m[2].id, m[1].id], None, True),
+            ([m[3].id, m[2].id, m[1].id, m[0].id], None, False),
+            ([m[2].id, m[1].id, m[0].id], None, False),
+            ([], None, False),
+        ]
+        uncounted = store.list_messages(ALICE, conversation.id, limit=2, offset=2, with_total=False)
+        assert (ids(uncounted.items), uncounted.total, uncounted.has_more) == (ids(m[2:4]), None, True)
+        past_the_end = store.list_messages(ALICE, conversation.id, offset=2**63 - 1, with_total=False)
+        assert (past_the_end.items, past_the_end.has_more) == ([], False)
+        with pytest.raises(Validation):
+            store.list_messages(ALICE, conversation.id, with_total="yes")
+
+    def test_an_uncounted_cursor_read_still_hides_what_the_scope_may_not_see(
+        self, store: Any, conversation: Conversation
+    ) -> None:
+        message = self.append(store, conversation)
+        foreign = self.append(store, store.create(ALICE))
+        for outsider in (BOB, MALLORY):
+            for cursor in ({"after": message.id}, {"before": message.id}, {}):
+                with pytest.raises(NotFound):
+                    store.list_messages(outsider, conversation.id, with_total=False, **cursor)
+        for cursor in (foreign.id, uuid.uuid4(), "nope"):
+            with pytest.raises(NotFound):
+                store.list_messages(ALICE, conversation.id, before=cursor)
+        with pytest.raises(NotFound):
+            store.list_messages(ALICE, "nope", after=message.id)
+        store.share(ALICE, conversation.id)
+        assert store.list_messages(BOB, conversation.id, before=self.append(store, conversation).id).items[0].id == message.id
 
     def test_a_cursor_outside_the_conversation_is_not_found(self, store: Any, conversation: Conversation) -> None:
         self.append(store, conversation)

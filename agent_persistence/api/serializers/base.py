@@ -3,17 +3,21 @@
 Input serializers derive from :class:`StrictSerializer`, which refuses fields
 it does not declare with a 400 whose code is ``unknown_field`` (DRF would
 silently drop them). :func:`error_responses` documents error statuses in the
-OpenAPI schema with :class:`ErrorSerializer`.
+OpenAPI schema with :class:`ErrorSerializer`. :func:`representation` turns a
+flat output serializer into a function of one instance, for pages.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
-from drf_spectacular.utils import OpenApiResponse
+from django.conf import settings
 from django.utils import timezone
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 from ...exceptions import Validation
 
@@ -110,7 +114,11 @@ def page_serializer(item: type[serializers.Serializer], name: str) -> type[seria
         {
             "__doc__": f"A page of {item.__name__.removesuffix('Serializer')}.",
             "items": item(many=True),
-            "total": serializers.IntegerField(),
+            "total": serializers.IntegerField(
+                allow_null=True,
+                help_text="How many items the listing holds; null unless counted "
+                "(the default without a cursor, or total=true).",
+            ),
             "limit": serializers.IntegerField(),
             "offset": serializers.IntegerField(),
             "has_more": serializers.BooleanField(),
@@ -127,3 +135,123 @@ class AwareDateTimeField(serializers.DateTimeField):
         if timezone.is_naive(value):
             self.fail("naive")
         return super().enforce_timezone(value)
+
+
+Representation = Callable[[Any], dict[str, Any]]
+Converter = Callable[[Any], Any]
+
+
+def object_copy(value: Any) -> dict[str, Any]:
+    return {str(key): item for key, item in value.items()}
+
+
+class ZonedDateTime:
+    """``DateTimeField.to_representation`` with the output format and zone looked up once per instance.
+
+    DRF looks up the current time zone (a context-local) for every date-time
+    it writes, which was most of a message's cost; :func:`representation`
+    passes :func:`datetime_context` (the format and the zone) read once for all
+    the date-times of one instance. A value the fast path does not cover (naive,
+    ``USE_TZ`` off, a zone it cannot be moved to) goes to the field itself.
+    """
+
+    def __init__(self, field: serializers.DateTimeField) -> None:
+        self.field = field
+
+    def __call__(self, value: Any, context: tuple[str | None, Any]) -> Any:
+        output_format, zone = context
+        if output_format is None or isinstance(value, str):
+            return value
+        if zone is None or not timezone.is_aware(value):
+            return self.field.to_representation(value)
+        try:
+            value = value.astimezone(zone)
+        except OverflowError:
+            return self.field.to_representation(value)
+        if output_format.lower() != ISO_8601:
+            return value.strftime(output_format)
+        text = value.isoformat()
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def datetime_context() -> tuple[str | None, Any]:
+    """What DRF's DateTimeField reads for each value: the output format and the zone to write in."""
+    return api_settings.DATETIME_FORMAT, timezone.get_current_timezone() if settings.USE_TZ else None
+
+
+def converter(field: serializers.Field) -> Converter | ZonedDateTime | None:
+    """What ``field.to_representation`` does to a value that is not None, or None when it returns the value itself.
+
+    The declared field's own method, except for the exact field types below
+    whose method reduces to a builtin: a JSON value is returned as it is, a
+    JSON object or array of JSON values is copied (what DictField / ListField
+    make of it with a JSONField child), a UUID, an integer or a text is
+    ``str`` / ``int`` / ``str``; a date-time a :class:`ZonedDateTime`.
+    Subclasses, and fields given their own ``format`` or ``timezone``, keep
+    their own method.
+    """
+    kind = type(field)
+    if kind is serializers.DateTimeField and not hasattr(field, "format") and not hasattr(field, "timezone"):
+        return ZonedDateTime(field)
+    if kind is serializers.JSONField and not field.binary:
+        return None
+    if kind in (JSONObjectField, JSONArrayField):
+        child = field.child
+        if type(child) is serializers.JSONField and not child.binary:
+            return object_copy if kind is JSONObjectField else list
+    if kind is serializers.UUIDField and field.uuid_format == "hex_verbose":
+        return str
+    if kind is serializers.IntegerField:
+        return int
+    if kind is serializers.CharField:
+        return str
+    return field.to_representation
+
+
+def representation(serializer_class: type[serializers.Serializer]) -> Representation:
+    """``lambda instance: serializer_class(instance).data``, without building a serializer per instance.
+
+    Building a serializer deep-copies its declared fields, which cost more than
+    everything else a page of 50 messages does (a page: 39 ms against 1.4 ms
+    here and 3.7 ms for one ``many=True`` pass). Here the fields are built and
+    bound once (on the first call, when the apps are loaded); each call reads
+    every field's attribute and converts it as that field's
+    ``to_representation`` does (:func:`converter`), skipping ``None`` as
+    ``Serializer.to_representation`` does, so the dict is the one ``.data``
+    holds. Flat serializers only: a field that reads the whole instance
+    (``source="*"``, a method field, a nested serializer) is refused when the
+    fields are bound.
+    """
+    readers: tuple[tuple[str, Callable[[Any], Any], Any], ...] = ()
+
+    def bind() -> tuple[tuple[str, Callable[[Any], Any], Any], ...]:
+        bound = []
+        for name, field in serializer_class().fields.items():
+            if field.write_only:
+                continue
+            if isinstance(field, (serializers.BaseSerializer, serializers.SerializerMethodField)) or field.source == "*":
+                raise TypeError(f"{serializer_class.__name__}.{name} does not read one attribute.")
+            simple = type(field).get_attribute is serializers.Field.get_attribute and len(field.source_attrs) == 1
+            reader = operator.attrgetter(field.source_attrs[0]) if simple else field.get_attribute
+            bound.append((name, reader, converter(field)))
+        return tuple(bound)
+
+    def represent(instance: Any) -> dict[str, Any]:
+        nonlocal readers
+        if not readers:
+            readers = bind()  # two threads may both bind: each builds the same fields, either is kept
+        body = {}
+        context = None
+        for name, read, convert in readers:
+            value = read(instance)
+            if value is None or convert is None:
+                body[name] = value
+            elif isinstance(convert, ZonedDateTime):
+                context = context or datetime_context()
+                body[name] = convert(value, context)
+            else:
+                body[name] = convert(value)
+        return body
+
+    represent.__name__ = f"{serializer_class.__name__.removesuffix('Serializer').lower()}_representation"
+    return represent

@@ -21,7 +21,7 @@ from ...exceptions import PreconditionFailed, Validation
 from ...stores import conversation_store, event_store
 from ..pagination import int_param, page_body, paging
 from ..schema import extend_schema
-from ..serializers.base import StrictSerializer, error_responses
+from ..serializers.base import StrictSerializer, error_responses, representation
 from ..serializers.conversations import (
     ConversationCreateInputSerializer,
     ConversationDetailSerializer,
@@ -71,7 +71,22 @@ def order_param(request: Request) -> str | None:
 LIMIT = OpenApiParameter("limit", int, description="Page size, 1 to MAX_PAGE_SIZE (default DEFAULT_PAGE_SIZE).")
 OFFSET = OpenApiParameter("offset", int, description="How many items to skip, 0 or more.")
 ORDER = OpenApiParameter("order", str, enum=["asc", "desc"], description="Sort direction.")
-PAGING_PARAMETERS = [LIMIT, OFFSET, ORDER]
+TOTAL = OpenApiParameter("total", bool, description="Count the listing into the page's total (default true).")
+PAGING_PARAMETERS = [LIMIT, OFFSET, ORDER, TOTAL]
+#: Message pages: a read from a cursor is not counted unless asked (the count grows with the transcript).
+MESSAGE_PAGING_PARAMETERS = [
+    LIMIT,
+    OFFSET,
+    ORDER,
+    OpenApiParameter(
+        "total",
+        bool,
+        description="Count the messages the page is taken from into its total (default: true without a cursor, "
+        "false with before or after).",
+    ),
+    OpenApiParameter("before", str, description="A message id: only messages older than it."),
+    OpenApiParameter("after", str, description="A message id: only messages newer than it."),
+]
 
 # Every endpoint below can answer these (404 also for a bad or invisible id).
 READ_ERRORS = (400, 401, 403, 404)
@@ -81,12 +96,9 @@ WRITE_ERRORS = (400, 401, 403, 404, 413, 415)
 # -- conversations ----------------------------------------------------------------------------
 
 
-def conversation_body(conversation: Any) -> dict[str, Any]:
-    return ConversationSerializer(conversation).data
-
-
-def message_body(message: Any) -> dict[str, Any]:
-    return MessageSerializer(message).data
+conversation_body = representation(ConversationSerializer)
+message_body = representation(MessageSerializer)
+event_body = representation(EventSerializer)
 
 
 def with_etag(response: Response, conversation: Any) -> Response:
@@ -152,11 +164,7 @@ class ConversationDetailView(ScopedAPIView):
 
     @extend_schema(
         operation_id="conversations_retrieve",
-        parameters=[
-            *PAGING_PARAMETERS,
-            OpenApiParameter("before", str, description="A message id: only messages older than it."),
-            OpenApiParameter("after", str, description="A message id: only messages newer than it."),
-        ],
+        parameters=MESSAGE_PAGING_PARAMETERS,
         responses={200: ConversationDetailSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
@@ -241,11 +249,7 @@ class MessageListView(ScopedAPIView):
 
     @extend_schema(
         operation_id="messages_list",
-        parameters=[
-            *PAGING_PARAMETERS,
-            OpenApiParameter("before", str, description="A message id: only messages older than it."),
-            OpenApiParameter("after", str, description="A message id: only messages newer than it."),
-        ],
+        parameters=MESSAGE_PAGING_PARAMETERS,
         responses={200: MessagePageSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
@@ -323,7 +327,7 @@ class EventListView(ScopedAPIView):
         )
         return Response(
             {
-                "events": [EventSerializer(event).data for event in page.events],
+                "events": [event_body(event) for event in page.events],
                 "has_more": page.has_more,
                 "last_seq": page.last_seq,
             }

@@ -25,7 +25,7 @@ from ...stores import file_store
 from ..pagination import page_body, paging
 from ..parsers import UploadParser
 from ..schema import extend_schema
-from ..serializers.base import error_responses
+from ..serializers.base import error_responses, representation
 from ..serializers.files import FilePageSerializer, FileSerializer, FileUploadInputSerializer
 from .base import ScopedAPIView
 from .conversations import PAGING_PARAMETERS, READ_ERRORS, order_param, validated
@@ -50,8 +50,7 @@ class SizeLimitedUploadHandler(FileUploadHandler):
         return None  # the next handler (memory or temporary file) builds the upload
 
 
-def file_body(record: Any) -> dict[str, Any]:
-    return FileSerializer(record).data
+file_body = representation(FileSerializer)
 
 
 class ConversationFileListView(ScopedAPIView):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
@@ -13,7 +11,7 @@ from ...models.tasks import TaskStatus
 from ...stores import task_store
 from ..pagination import page_body, paging
 from ..schema import extend_schema
-from ..serializers.base import error_responses
+from ..serializers.base import error_responses, representation
 from ..serializers.tasks import (
     TaskCommentInputSerializer,
     TaskCreateInputSerializer,
@@ -27,12 +25,8 @@ from .base import ScopedAPIView
 from .conversations import PAGING_PARAMETERS, READ_ERRORS, WRITE_ERRORS, order_param, text_param, validated
 
 
-def task_body(task: Any) -> dict[str, Any]:
-    return TaskSerializer(task).data
-
-
-def result_body(task: Any) -> dict[str, Any]:
-    return TaskResultSerializer(task).data
+task_body = representation(TaskSerializer)
+result_body = representation(TaskResultSerializer)
 
 
 class TaskListView(ScopedAPIView):

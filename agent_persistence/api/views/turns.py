@@ -22,7 +22,7 @@ from ...runtime.turns import TurnHandle, cancel_turn, continue_turn, resume_turn
 from ...stores import interrupt_store, run_store, turn_store
 from ..pagination import page_body, paging
 from ..schema import extend_schema
-from ..serializers.base import StrictSerializer, error_responses
+from ..serializers.base import StrictSerializer, error_responses, representation
 from ..serializers.turns import (
     INTERRUPT_STATUS_FILTERS,
     AnswerBatchSerializer,
@@ -48,6 +48,7 @@ RUN_ID = OpenApiParameter("run_id", OpenApiTypes.UUID, OpenApiParameter.PATH, de
 PAGING = [
     OpenApiParameter("limit", OpenApiTypes.INT, description="Page size, 1..MAX_PAGE_SIZE (default DEFAULT_PAGE_SIZE)."),
     OpenApiParameter("offset", OpenApiTypes.INT, description="Items to skip, 0 or more."),
+    OpenApiParameter("total", OpenApiTypes.BOOL, description="Count the runs into the page's total (default true)."),
 ]
 READ_ERRORS = (400, 401, 403, 404)
 TAGS = ["turns"]
@@ -72,6 +73,10 @@ def turn_body(handle: TurnHandle) -> dict[str, Any]:
         "run_id": str(handle.run_id),
         "epoch": handle.epoch,
     }
+
+
+run_body = representation(RunSerializer)
+interrupt_body = representation(InterruptSerializer)
 
 
 #: Turn transitions run on the producer loop's own connection, so the request must not hold a transaction
@@ -203,7 +208,7 @@ class ConversationRunsView(ScopedAPIView):
     def get(self, request: Request, conversation_id: str) -> Response:
         message_id = request.query_params.get("message_id") or None
         page = run_store().list(self.scope, conversation_id, message_id=message_id, **paging(request))
-        return Response(page_body(page, lambda run: RunSerializer(run).data))
+        return Response(page_body(page, run_body))
 
 
 class RunDetailView(ScopedAPIView):
@@ -239,7 +244,7 @@ class InterruptsView(ScopedAPIView):
     def get(self, request: Request, conversation_id: str) -> Response:
         wanted = request.query_params.get("status") or "pending"
         interrupts = interrupt_store().list(self.scope, conversation_id, status=None if wanted == "all" else wanted)
-        return Response({"interrupts": InterruptSerializer(interrupts, many=True).data})
+        return Response({"interrupts": [interrupt_body(interrupt) for interrupt in interrupts]})
 
     @extend_schema(
         tags=TAGS,
@@ -277,7 +282,7 @@ class InterruptsView(ScopedAPIView):
         resolved, handle = loop.run(continue_turn(self.scope, conversation_id, answers))
         return Response(
             {
-                "interrupts": InterruptSerializer(resolved, many=True).data,
+                "interrupts": [interrupt_body(interrupt) for interrupt in resolved],
                 "continued": turn_body(handle) if handle is not None else None,
                 "took_over": handle is not None and handle.took_over,
             }

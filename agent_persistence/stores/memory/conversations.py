@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from dataclasses import replace
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -29,7 +30,9 @@ from ..base import (
     clean_order,
     clean_paging,
     clean_text,
+    clean_with_total,
     lookup_id,
+    page_of_rows,
     parse_id,
 )
 from ..conversations import (
@@ -52,9 +55,10 @@ from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 UPDATE_IF_FIELDS = frozenset({"title", "metadata", "state", "agent", "shared", "action_due_at", "last_turn_status"})
 
 
-def page_of(rows: list[Any], limit: int, offset: int) -> Page[Any]:
-    """One page of already ordered records, copied."""
-    return Page(items=[clone(row) for row in rows[offset : offset + limit]], total=len(rows), limit=limit, offset=offset)
+def page_of(rows: list[Any], limit: int, offset: int, *, with_total: bool = True) -> Page[Any]:
+    """One page of already ordered records, copied; counted as :func:`~agent_persistence.stores.base.paginate` counts."""
+    page = page_of_rows(rows, limit, offset, with_total=with_total)
+    return replace(page, items=[clone(row) for row in page.items])
 
 
 class MemoryConversationStore:
@@ -106,6 +110,7 @@ class MemoryConversationStore:
         agent: Any = None,
         pinned_first: Any = False,
         action_due_before: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Conversation]:
         check_scope(scope)
         limit, offset = clean_paging(limit, offset)
@@ -126,7 +131,7 @@ class MemoryConversationStore:
                 rows.sort(key=lambda row: (row.created_at, row.pk), reverse=order == "desc")
             if pinned_first:
                 rows.sort(key=lambda row: not row.pinned)  # stable: keeps the order within each group
-            return page_of(rows, limit, offset)
+            return page_of(rows, limit, offset, with_total=clean_with_total(with_total))
 
     def update(
         self,
@@ -300,9 +305,11 @@ class MemoryConversationStore:
         order: Any = "asc",
         before: Any = None,
         after: Any = None,
+        with_total: bool | None = None,
     ) -> Page[Message]:
         limit, offset = clean_paging(limit, offset)
         order = clean_order(order, "asc")
+        with_total = clean_with_total(with_total, before, after)
         with self.db.lock:
             conversation = self.db.readable_conversation(scope, conversation_id)
             rows = self._transcript(conversation.pk)
@@ -314,7 +321,7 @@ class MemoryConversationStore:
                 rows = [row for row in rows if row.position > cursor]
             if order == "desc":
                 rows.reverse()
-            return page_of(rows, limit, offset)
+            return page_of(rows, limit, offset, with_total=with_total)
 
     def update_message(
         self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = UNSET, metadata: Any = UNSET

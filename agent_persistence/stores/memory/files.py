@@ -20,7 +20,7 @@ from ...exceptions import NotFound, Validation
 from ...ids import uuid7
 from ...models import StoredFile
 from ...scope import Scope
-from ..base import Page, async_twin, check_scope, clean_datetime, clean_order, clean_paging, clean_text, lookup_id
+from ..base import Page, async_twin, check_scope, clean_datetime, clean_order, clean_paging, clean_text, clean_with_total, lookup_id
 from ..files import (
     DEFAULT_CONTENT_TYPE,
     Content,
@@ -132,6 +132,7 @@ class MemoryFileStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        with_total: bool | None = None,
     ) -> Page[StoredFile]:
         with self.db.lock:
             conversation = self.db.readable_conversation(scope, conversation_id)
@@ -140,7 +141,7 @@ class MemoryFileStore:
         with self.db.lock:
             files = [record for record in self.db.files.values() if record.conversation_id == conversation.pk]
             files.sort(key=lambda record: (record.created_at, record.pk), reverse=order == "desc")
-            return page_of(files, limit, offset)
+            return page_of(files, limit, offset, with_total=clean_with_total(with_total))
 
     def delete(self, scope: Scope, file_id: Any) -> None:
         with self.db.lock:

@@ -11,7 +11,7 @@ from ...exceptions import NotFound, StorageLimit
 from ...ids import uuid7
 from ...models import Task, TaskStatus
 from ...scope import Scope
-from ..base import UNSET, Page, async_twin, check_scope, clean_order, clean_paging, clean_text, json_size, lookup_id, parse_id
+from ..base import UNSET, Page, async_twin, check_scope, clean_order, clean_paging, clean_text, clean_with_total, json_size, lookup_id, parse_id
 from ..tasks import (
     MAX_NAME_LENGTH,
     clean_callback_url,
@@ -94,6 +94,7 @@ class MemoryTaskStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        with_total: bool | None = None,
     ) -> Page[Task]:
         check_scope(scope)
         limit, offset = clean_paging(limit, offset)
@@ -109,7 +110,7 @@ class MemoryTaskStore:
                 and (status is None or task.status == status)
             ]
             tasks.sort(key=lambda task: (task.created_at, task.pk), reverse=order == "desc")
-            return page_of(tasks, limit, offset)
+            return page_of(tasks, limit, offset, with_total=clean_with_total(with_total))
 
     def update(
         self,
