@@ -29,7 +29,7 @@ from rest_framework.response import Response
 from ...conf import app_settings
 from ...exceptions import StorageLimit
 from ...stores import conversation_store
-from ...stores.base import Page, clean_order, clean_paging
+from ...stores.base import Page, clean_order, clean_paging, clean_with_total
 from ..pagination import page_body, paging
 from ..schema import extend_schema
 from ..serializers.base import error_responses
@@ -98,7 +98,9 @@ class MessageThreadView(MessageListView):
 
     def save_thread(self, request: Request, conversation_id: str, save: Callable[..., list[Any]]) -> Response:
         # Everything the answer needs is checked before the save, so a bad query writes nothing.
-        limit, offset = clean_paging(**paging(request))
+        query = paging(request)
+        clean_with_total(query["with_total"])  # the saved transcript is in hand, so its page always has its total
+        limit, offset = clean_paging(query["limit"], query["offset"])
         order = clean_order(order_param(request), "asc")
         check_thread_length(request.data)
         data = validated(TranscriptSaveInputSerializer, request)
