@@ -157,8 +157,8 @@ def test_the_hook_shows_every_answer_once_across_reloads(hook_server: str) -> No
             assert await tab.evaluate("document.getElementById('interrupts').textContent") == ""
 
             await reload(tab)  # after the end: the attach replays the final frame of a stored answer
-            await tab.wait_for(ANSWERS + ".includes(" + json.dumps(ANSWER) + ")", timeout=60)
-            assert await tab.evaluate(STATUS) == "done"
+            # Connected is not attached yet: wait for the attach's status as for the transcript read.
+            await tab.wait_for(STATUS + " === 'done' && " + ANSWERS + ".includes(" + json.dumps(ANSWER) + ")", timeout=60)
             assert await tab.evaluate(ANSWERS) == [ANSWER]
             assert await tab.evaluate("document.querySelectorAll('#transcript .msg').length") == 2  # the question, the answer
             assert await tab.evaluate("document.getElementById('live')") is None
