@@ -1,0 +1,169 @@
+"""The React hook ``useConversation`` in real headless Chromium: stream, approve from the page, reloads.
+
+``tests/browser/react_hook/`` is a page of its own (its own package.json and
+lockfile: React 19 and esbuild, ``npm ci`` from the lockfile); ``build.mjs``
+bundles its ``app.tsx``, which renders the hook from ``clients/typescript/src``,
+into one file. The example project serves it as static files (settings
+:mod:`tests.browser.react_hook_settings`), under uvicorn, from the same origin
+as the API and the websocket, as for ``make demo``. A reloaded page shows every
+answer once (mid-answer, before and after the approval, and after the end),
+which a MutationObserver installed before the page's own scripts checks at every
+change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.browser.cdp import Chromium, Tab, chromium_path, free_port
+from tests.browser.test_demo import ANSWER, COPIES, COUNT_COPIES, INTRO_MARKER, OUTRO_MARKER, session_cookie
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = Path(__file__).resolve().parent / "react_hook"
+STAMP = PAGE / "node_modules" / ".agent_persistence_lock_sha256"
+
+pytestmark = pytest.mark.skipif(
+    chromium_path() is None and not os.environ.get("CI"), reason="Chromium is not installed (apt-get install chromium)"
+)
+
+
+def node(*command: str, timeout: float) -> None:
+    result = subprocess.run(command, check=False, cwd=PAGE, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The page, bundled: ``npm ci`` (when node_modules is missing or stale against the lockfile), then ``build.mjs``."""
+    digest = hashlib.sha256((PAGE / "package-lock.json").read_bytes()).hexdigest()
+    if not (STAMP.exists() and STAMP.read_text() == digest):
+        node("npm", "ci", "--no-audit", "--no-fund", timeout=600)
+        STAMP.write_text(digest)
+    out = tmp_path_factory.mktemp("react-hook-page")
+    node("node", "build.mjs", str(out), timeout=300)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hook_server(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    env = {
+        **os.environ,
+        "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path_factory.mktemp("react-hook")),
+        "DJANGO_SETTINGS_MODULE": "tests.browser.react_hook_settings",
+        "AP_REACT_HOOK_PAGE": str(bundle),
+    }
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    for command in (["migrate", "-v0"], ["demo_user"]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "example_project.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(base + "/admin/login/", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
+
+
+def new_conversation(base: str, cookie: str) -> str:
+    """A new conversation of the demo user (the demo page's ``/`` makes one and redirects to ``/?c=<id>``)."""
+    response = httpx.get(base + "/", cookies={"sessionid": cookie})
+    assert response.status_code == 302, response.status_code
+    return response.headers["location"].split("c=", 1)[1]
+
+
+STATUS = "(document.getElementById('status')?.textContent || 'connecting')"
+LIVE = "(document.getElementById('live')?.textContent || '')"
+ANSWERS = "[...document.querySelectorAll('#transcript .msg.assistant')].map(e => e.textContent)"
+APPROVE_SHOWN = "document.getElementById('approve') !== null"
+
+
+async def reload(tab: Tab) -> None:
+    """Reload the page and wait until the new one is connected."""
+    await tab.evaluate("window.beforeReload = true")
+    await tab.call("Page.reload")
+    await tab.wait_for("!window.beforeReload && document.readyState === 'complete'")
+    await tab.wait_for(STATUS + " !== 'connecting'", timeout=60)
+
+
+def test_the_hook_shows_every_answer_once_across_reloads(hook_server: str) -> None:
+    """Start a turn, reload mid-answer (before and after approving from the page) and after the end."""
+    cookie = session_cookie(hook_server)
+    conversation = new_conversation(hook_server, cookie)
+
+    async def scenario() -> None:
+        with Chromium() as browser:
+            tab = await Tab(browser.new_tab()).__aenter__()
+            await tab.call(
+                "Page.addScriptToEvaluateOnNewDocument", source=COUNT_COPIES % json.dumps([INTRO_MARKER, OUTRO_MARKER])
+            )
+            await tab.set_cookie(hook_server, "sessionid", cookie)
+            await tab.goto(f"{hook_server}/static/react-hook/index.html?c={conversation}")
+            await tab.wait_for(STATUS + " !== 'connecting'", timeout=60)
+            await tab.evaluate("document.getElementById('send').click()")
+            await tab.wait_for(LIVE + ".length > 30", timeout=60)
+
+            await reload(tab)  # mid-answer: the catch-up continues the live answer
+            await tab.wait_for(APPROVE_SHOWN, timeout=60)  # the interrupt is shown again on the new page
+            assert "book_table" in await tab.evaluate("document.getElementById('interrupts').textContent")
+            assert json.loads(await tab.evaluate(COPIES)) == {INTRO_MARKER: 1, OUTRO_MARKER: 0}
+            await tab.evaluate("document.getElementById('approve').click()")  # approve the tool from the page
+            await tab.wait_for("document.getElementById('transcript').textContent.includes('Everything')", timeout=60)
+
+            await reload(tab)  # mid-answer (or just after the end on a fast machine), after the approval
+            await tab.wait_for(STATUS + " === 'done' && " + LIVE + " === ''", timeout=60)
+            await tab.wait_for(ANSWERS + ".includes(" + json.dumps(ANSWER) + ")", timeout=60)
+            assert json.loads(await tab.evaluate(COPIES)) == {INTRO_MARKER: 1, OUTRO_MARKER: 1}
+            assert await tab.evaluate("document.getElementById('interrupts').textContent") == ""
+
+            await reload(tab)  # after the end: the attach replays the final frame of a stored answer
+            # Connected is not attached yet: wait for the attach's status as for the transcript read.
+            await tab.wait_for(STATUS + " === 'done' && " + ANSWERS + ".includes(" + json.dumps(ANSWER) + ")", timeout=60)
+            assert await tab.evaluate(ANSWERS) == [ANSWER]
+            assert await tab.evaluate("document.querySelectorAll('#transcript .msg').length") == 2  # the question, the answer
+            assert await tab.evaluate("document.getElementById('live')") is None
+            assert json.loads(await tab.evaluate(COPIES)) == {INTRO_MARKER: 1, OUTRO_MARKER: 1}
+            assert await tab.evaluate("document.getElementById('error').textContent") == ""
+            await tab.__aexit__()
+
+    asyncio.run(scenario())
