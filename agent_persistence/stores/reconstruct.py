@@ -117,7 +117,8 @@ def reconstruct(
     turn = stores.turns.read_turn(scope, conversation_id)
     conversation = stores.conversations.get(scope, conversation_id)
     newest_first = stores.conversations.list_messages(scope, conversation.pk, limit=limit, order="desc", before=before)
-    page = Page(items=newest_first.items[::-1], total=newest_first.total, limit=newest_first.limit, offset=newest_first.offset)
+    page = Page(items=newest_first.items[::-1], total=newest_first.total, limit=newest_first.limit, offset=newest_first.offset,
+                has_more=newest_first.has_more)
     turns_on_page = {message.id for message in page.items}
     runs = stores.runs.list(scope, conversation.pk, limit=int(app_settings.MAX_PAGE_SIZE)).items
     parents = sorted((run for run in runs if run.parent_id is None and run.message_id in turns_on_page),

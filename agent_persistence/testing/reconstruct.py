@@ -46,7 +46,7 @@ class ReconstructContract(FamilyContract):
         self.answer = append(scope, conversation.pk, id=self.turn_id, role="assistant", content="it is a framework",
                              run_id=self.parent.pk)
         self.pending = family.interrupts.create(scope, conversation.pk, id=uuid7(), run_id=self.child.pk,
-                                                kind="tool_approval", payload={"name": "fetch"})
+                                                kind="tool_approval", payload={"tool_call_id": "call-1", "name": "fetch", "arguments": {}})
         family.activities.save(scope, conversation.pk, [
             {"activity_type": "web_search", "content": {"found": 3}, "message_id": self.turn_id},
         ])

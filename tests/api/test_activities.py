@@ -130,7 +130,7 @@ def test_reconstruct_returns_what_a_reload_repaints(alice_client: Any, alice_sco
     conversations.append_message(alice_scope, conversation, role="assistant", content="reading", run_id=child.pk)
     conversations.append_message(alice_scope, conversation, id=turn, role="assistant", content="a framework", run_id=parent.pk)
     pending = interrupt_store().create(alice_scope, conversation, id=uuid7(), run_id=child.pk, kind="tool_approval",
-                                       payload={"name": "fetch"})
+                                       payload={"tool_call_id": "call-1", "name": "fetch", "arguments": {}})
     activity_store().save(alice_scope, conversation, [{"activity_type": "web_search", "content": {"found": 3}, "message_id": turn}])
     claim_at(orm_stores(), conversation_store().get(alice_scope, conversation), 1, message_id=turn)
 
