@@ -8,6 +8,6 @@ the websocket.
 
 import os
 
-from example_project.settings import *
+from example_project.settings import *  # noqa: F403 - these settings, and one more
 
 STATICFILES_DIRS = [("react-hook", os.environ["AP_REACT_HOOK_PAGE"])]
