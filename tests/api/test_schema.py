@@ -134,12 +134,18 @@ def toml_value(value: Any) -> str:
 #: the first meets a live turn or pending interrupts (409); the other three phases exercise it.
 FRESH_IDS = {"turns_start"}
 
+#: Operations whose coverage phase is off because schemathesis' coverage generator crashes CPython 3.11.7
+#: on their body schema (SystemError "AST constructor recursion depth mismatch", a CPython bug, in
+#: building mutations of RunAgentInput's nested models); the other three phases still exercise them, and
+#: tests/api/test_agui.py sends it hostile bodies of its own.
+NO_COVERAGE = {"agui_run"}
+
 
 def write_config(directory: Path, rows: dict[str, str], schema: dict[str, Any]) -> Path:
     """schemathesis.toml: per operation, the seeded ids (doomed ones for deletes); warnings that fail the run."""
     lines = ["[warnings]", 'fail-on = ["missing_test_data", "validation_mismatch"]']
     takes = path_parameters(schema)
-    for operation_id in sorted(set(takes) | set(UNREACHABLE) | FRESH_IDS):
+    for operation_id in sorted(set(takes) | set(UNREACHABLE) | FRESH_IDS | NO_COVERAGE):
         settings: dict[str, Any] = {}
         if operation_id in takes and operation_id not in FRESH_IDS:
             seeds = DESTRUCTIVE.get(operation_id, {})
@@ -147,7 +153,7 @@ def write_config(directory: Path, rows: dict[str, str], schema: dict[str, Any]) 
         if operation_id in DESTRUCTIVE:
             # Negative cases (an odd header, an extra query parameter) would delete the row before any positive one.
             settings["generation"] = {"mode": "positive"}
-        if operation_id in FRESH_IDS:
+        if operation_id in FRESH_IDS | NO_COVERAGE:
             settings["phases"] = {"coverage": {"enabled": False}}
         if operation_id in UNREACHABLE:
             settings["warnings"] = False
