@@ -13,9 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -23,9 +20,9 @@ import httpx
 import pytest
 
 from example_project.demo.agents import INTRO, OUTRO, words
-from tests.browser.cdp import Chromium, Tab, chromium_path, free_port
+from tests.browser.cdp import Chromium, Tab, chromium_path
+from tests.browser.servers import example_server
 
-ROOT = Path(__file__).resolve().parents[2]
 ANSWER = "".join(words(INTRO)) + "".join(words(OUTRO))
 
 pytestmark = pytest.mark.skipif(
@@ -35,36 +32,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path_factory.mktemp("demo")), "DJANGO_SETTINGS_MODULE": "example_project.settings"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    for command in (["migrate", "-v0"], ["demo_user"]):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "example_project.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(base + "/admin/login/", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with example_server(tmp_path_factory.mktemp("demo")) as base:
         yield base
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
 
 
 def session_cookie(base: str) -> str:

@@ -18,18 +18,16 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.browser.cdp import Chromium, Tab, chromium_path, free_port
+from tests.browser.cdp import Chromium, Tab, chromium_path
+from tests.browser.servers import example_server
 from tests.browser.test_demo import ANSWER, COPIES, COUNT_COPIES, INTRO_MARKER, OUTRO_MARKER, session_cookie
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = Path(__file__).resolve().parent / "react_hook"
 STAMP = PAGE / "node_modules" / ".agent_persistence_lock_sha256"
 
@@ -57,52 +55,10 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hook_server(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {
-        **os.environ,
-        "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path_factory.mktemp("react-hook")),
-        "DJANGO_SETTINGS_MODULE": "tests.browser.react_hook_settings",
-        "AP_REACT_HOOK_PAGE": str(bundle),
-    }
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    for command in (["migrate", "-v0"], ["demo_user"]):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "example_project.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(base + "/admin/login/", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with example_server(
+        tmp_path_factory.mktemp("react-hook"), "tests.browser.react_hook_settings", AP_REACT_HOOK_PAGE=str(bundle)
+    ) as base:
         yield base
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
 
 
 def new_conversation(base: str, cookie: str) -> str:
