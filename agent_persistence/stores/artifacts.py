@@ -33,6 +33,7 @@ from .base import (
     check_scope,
     clean_object,
     clean_paging,
+    clean_with_total,
     lookup_id,
     paginate,
     readable,
@@ -208,19 +209,23 @@ class ArtifactStore:
         with stream:
             return read_range(stream, artifact.blob, byte_range)
 
-    def list_by_run(self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
-        """The run's artifacts, oldest first (then by id)."""
+    def list_by_run(
+        self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
+    ) -> Page[Artifact]:
+        """The run's artifacts, oldest first (then by id); counted unless ``with_total`` is False."""
         target = readable_target(scope, run_id)
         limit, offset = clean_paging(limit, offset)
-        return paginate(Artifact.objects.filter(target.filter()).order_by(*ORDERING), limit, offset)
+        queryset = Artifact.objects.filter(target.filter()).order_by(*ORDERING)
+        return paginate(queryset, limit, offset, with_total=clean_with_total(with_total))
 
     def list_by_conversation(
-        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0
+        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
     ) -> Page[Artifact]:
         """The conversation's artifacts (of its chat runs and of generation runs filed in it), oldest first."""
         conversation = readable_conversation(scope, conversation_id)
         limit, offset = clean_paging(limit, offset)
-        return paginate(Artifact.objects.filter(conversation=conversation).order_by(*ORDERING), limit, offset)
+        queryset = Artifact.objects.filter(conversation=conversation).order_by(*ORDERING)
+        return paginate(queryset, limit, offset, with_total=clean_with_total(with_total))
 
     def delete(self, scope: Scope, artifact_id: Any) -> None:
         """Delete the artifact and its blob; the bytes go once that commits. Owner only."""

@@ -1655,12 +1655,16 @@ class ArtifactStoreProtocol(Protocol):
         """The artifact's bytes, or only ``byte_range`` of them."""
         ...
 
-    def list_by_run(self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
-        """The run's artifacts, oldest first, then by id."""
+    def list_by_run(
+        self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
+    ) -> Page[Artifact]:
+        """The run's artifacts, oldest first, then by id; counted unless ``with_total`` is False."""
         ...
 
-    def list_by_conversation(self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
-        """The conversation's artifacts, oldest first, then by id."""
+    def list_by_conversation(
+        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
+    ) -> Page[Artifact]:
+        """The conversation's artifacts, oldest first, then by id; counted unless ``with_total`` is False."""
         ...
 
     def delete(self, scope: Scope, artifact_id: Any) -> None:
@@ -1696,12 +1700,14 @@ class ArtifactStoreProtocol(Protocol):
         """Async twin of :meth:`read`."""
         ...
 
-    async def alist_by_run(self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
+    async def alist_by_run(
+        self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
+    ) -> Page[Artifact]:
         """Async twin of :meth:`list_by_run`."""
         ...
 
     async def alist_by_conversation(
-        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0
+        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
     ) -> Page[Artifact]:
         """Async twin of :meth:`list_by_conversation`."""
         ...

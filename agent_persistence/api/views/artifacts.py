@@ -22,7 +22,6 @@ from rest_framework.response import Response
 
 from ...exceptions import RangeNotSatisfiable
 from ...stores import artifact_store, generation_run_store
-from ...stores.base import clean_with_total
 from ...stores.blobs import parse_range_header
 from ...stores.generations import generation_not_found
 from ..pagination import page_body, paging
@@ -36,9 +35,9 @@ from ..serializers.artifacts import (
 )
 from ..serializers.base import ErrorSerializer, error_responses
 from .base import ScopedAPIView
-from .conversations import LIMIT, OFFSET, READ_ERRORS, WRITE_ERRORS, text_param, validated
+from .conversations import LIMIT, OFFSET, READ_ERRORS, TOTAL, WRITE_ERRORS, text_param, validated
 
-PAGING = [LIMIT, OFFSET]
+PAGING = [LIMIT, OFFSET, TOTAL]
 RANGE = OpenApiParameter(
     "Range", str, OpenApiParameter.HEADER, required=False, description="One byte range, e.g. bytes=0-1023 or bytes=-500."
 )
@@ -64,13 +63,6 @@ def generation_body(run: Any) -> dict[str, Any]:
 # -- artifacts ----------------------------------------------------------------------------------
 
 
-def counted_paging(request: Request) -> dict[str, Any]:
-    """``limit`` and ``offset`` of the query; artifact listings are offset pages, always counted (``?total=`` is checked, then moot)."""
-    query = paging(request)
-    clean_with_total(query.pop("with_total"))
-    return query
-
-
 class ConversationArtifactListView(ScopedAPIView):
     """The artifacts of a conversation (its chat runs' and the generation runs filed in it), oldest first."""
 
@@ -80,7 +72,7 @@ class ConversationArtifactListView(ScopedAPIView):
         responses={200: ArtifactPageSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        page = artifact_store().list_by_conversation(self.scope, conversation_id, **counted_paging(request))
+        page = artifact_store().list_by_conversation(self.scope, conversation_id, **paging(request))
         return Response(page_body(page, artifact_body))
 
 
@@ -93,7 +85,7 @@ class RunArtifactListView(ScopedAPIView):
         responses={200: ArtifactPageSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, run_id: str) -> Response:
-        page = artifact_store().list_by_run(self.scope, run_id, **counted_paging(request))
+        page = artifact_store().list_by_run(self.scope, run_id, **paging(request))
         return Response(page_body(page, artifact_body))
 
     @extend_schema(

@@ -18,7 +18,7 @@ from ...ids import uuid7
 from ...models import Artifact
 from ...scope import Scope
 from ..artifacts import ORDERING, artifact_blob_key, artifact_not_found, artifact_pk, clean_artifact_name, run_not_found, run_pk
-from ..base import Page, async_twin, check_scope, clean_object, clean_paging
+from ..base import Page, async_twin, check_scope, clean_object, clean_paging, clean_with_total
 from ..blobs import BlobRead, ByteRange, clean_range, read_range
 from ..files import Content, clean_content_type
 from ..generations import MAX_METADATA_BYTES
@@ -129,27 +129,29 @@ class MemoryArtifactStore:
         with stream:
             return read_range(stream, artifact.blob, byte_range)
 
-    def _page(self, rows: list[Artifact], limit: Any, offset: Any) -> Page[Artifact]:
+    def _page(self, rows: list[Artifact], limit: Any, offset: Any, with_total: Any) -> Page[Artifact]:
         limit, offset = clean_paging(limit, offset)
         rows.sort(key=lambda row: tuple(getattr(row, name) for name in ORDERING))
-        return page_of(rows, limit, offset)
+        return page_of(rows, limit, offset, with_total=clean_with_total(with_total))
 
-    def list_by_run(self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0) -> Page[Artifact]:
+    def list_by_run(
+        self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
+    ) -> Page[Artifact]:
         with self.db.lock:
             run, generation_run = self._readable_target(scope, run_id)
             if run is not None:
                 rows = [row for row in self.db.artifacts.values() if row.run_id == run.pk]
             else:
                 rows = [row for row in self.db.artifacts.values() if row.generation_run_id == generation_run.pk]
-            return self._page(rows, limit, offset)
+            return self._page(rows, limit, offset, with_total)
 
     def list_by_conversation(
-        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0
+        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
     ) -> Page[Artifact]:
         with self.db.lock:
             conversation = self.db.readable_conversation(scope, conversation_id)
             rows = [row for row in self.db.artifacts.values() if row.conversation_id == conversation.pk]
-            return self._page(rows, limit, offset)
+            return self._page(rows, limit, offset, with_total)
 
     def delete(self, scope: Scope, artifact_id: Any) -> None:
         with self.db.lock:
