@@ -489,3 +489,11 @@ def test_the_dashboard_needs_view_permission_on_supervision_and_costs_other_page
     with CaptureQueriesContext(connection) as queries:
         assert admin_client.get(url("conversation_changelist")).status_code == 200
     assert not any("agent_persistence_interrupt" in query["sql"] for query in queries.captured_queries)
+
+
+def test_a_runs_page_shows_its_transcript_escaped_and_not_as_a_form_field(admin_client: Any, rows: dict[str, Any]) -> None:
+    run = rows["run"]
+    models.Run.objects.filter(pk=run.pk).update(transcript=[{"role": "assistant", "content": "<script>alert(1)</script>"}])
+    page = admin_client.get(url("run_change", run.pk)).content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+    assert 'name="transcript"' not in page

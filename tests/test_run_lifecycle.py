@@ -37,6 +37,7 @@ FAST = {
         "failing_lead": "tests.test_run_lifecycle.FailingLeadAgent",
         "spender": "tests.test_run_lifecycle.SpendingAgent",
         "questions": "tests.test_run_lifecycle.QuestionsAgent",
+        "parking": "tests.test_run_lifecycle.ParkingAgent",
     },
 }
 
@@ -51,6 +52,7 @@ class LeadAgent(Agent):
     async def run(self, turn: Turn) -> None:
         turn.stream("Let me check. ")
         async with turn.subagent("researcher") as researcher:
+            researcher.message("user", "find notes on lyon")
             await researcher.add_usage({"input_tokens": 30})
             found = await researcher.tool("call-s1", "search", {"query": "lyon"}, search)
             researcher.stream(f"[{found['found']}] ")
@@ -63,10 +65,25 @@ class AskingLeadAgent(Agent):
 
     async def run(self, turn: Turn) -> None:
         async with turn.subagent("researcher") as researcher:
+            if not turn.state.get("briefed"):  # a re-driven run does not add it twice
+                researcher.message("user", "find lyon")
+                turn.state["briefed"] = True
             await researcher.add_usage({"input_tokens": 5})
             found = await researcher.tool("call-s1", "search", {"query": "lyon"}, search, approval=True)
-            researcher.stream(f"{found} ")
+            researcher.stream(f"{found['found']} ")
         turn.stream("Done.")
+
+
+class ParkingAgent(Agent):
+    """Its subagent asks a question; once answered, the turn goes on without re-entering the subagent."""
+
+    async def run(self, turn: Turn) -> None:
+        if not turn.state.get("asked"):
+            turn.state["asked"] = True
+            async with turn.subagent("scout") as scout:
+                scout.stream("looking ")
+                await scout.interrupt("where", payload={"question": "Where?"})
+        turn.stream("Never mind.")
 
 
 class FailingLeadAgent(Agent):
@@ -160,6 +177,16 @@ def test_a_subagent_is_a_child_run_streaming_into_the_turns_answer(alice: Any) -
     answer = answer_of(alice, conversation_id)
     assert answer.content == "Let me check. [notes on lyon] Done."
     assert [call["id"] for call in answer.tool_calls] == ["call-s1"]
+    # The child's own transcript: its brief, its tool call and result, what it streamed; not the turn's answer.
+    assert child.transcript == [
+        {"role": "user", "content": "find notes on lyon"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call-s1", "name": "search", "arguments": {"query": "lyon"}}]},
+        {"role": "tool", "content": {"found": "notes on lyon"}, "tool_call_id": "call-s1", "name": "search"},
+        {"role": "assistant", "content": "[notes on lyon] "},
+    ]
+    assert [m.content for m in conversation_store().list_messages(alice, conversation_id).items] == [
+        "research lyon", "Let me check. [notes on lyon] Done.",
+    ]
     # The turn's newest run is still the parent: a reload's active-run and run listing see both.
     assert {run.pk for run in run_store().list(alice, conversation_id).items} == {handle.run_id, child.pk}
 
@@ -179,12 +206,39 @@ def test_a_subagents_question_parks_the_child_and_the_same_child_continues(alice
         return first, second, child
 
     first, second, child = run(scenario())
+    assert child.transcript == [{"role": "user", "content": "find lyon"}]  # written when it parked
     again = run_store().get(alice, child.pk)  # the same child run went on: interrupted -> running -> completed
     assert again.status == "completed" and again.usage == {"input_tokens": 10}
+    # Continued from the checkpoint: the brief once, then the approved call, its result and the text.
+    assert again.transcript == [
+        {"role": "user", "content": "find lyon"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call-s1", "name": "search", "arguments": {"query": "lyon"}}]},
+        {"role": "tool", "content": {"found": "notes on lyon"}, "tool_call_id": "call-s1", "name": "search"},
+        {"role": "assistant", "content": "notes on lyon "},
+    ]
     assert len(run_store().list(alice, conversation_id).items) == 3  # two parent runs, one child
     assert run_store().children(alice, second.run_id) == []  # the child stays its first parent's
     assert top_level_runs(alice, conversation_id) == {first.run_id: "completed", second.run_id: "completed"}
     assert answer_of(alice, conversation_id).content.endswith("Done.")
+
+
+def test_a_child_the_turn_leaves_parked_is_aborted_when_the_turn_ends(alice: Any) -> None:
+    conversation_id = uuid.uuid4()
+
+    async def scenario() -> Any:
+        first = await start_turn(alice, conversation_id, content="scout", agent="parking")
+        assert await first.task is Outcome.INTERRUPTED
+        (pending,) = await sync_to_async(interrupt_store().pending)(alice, conversation_id)
+        _, second = await continue_turn(alice, conversation_id, [{"id": str(pending.pk), "response": "here"}])
+        assert await second.task is Outcome.COMPLETED
+        return first
+
+    first = run(scenario())
+    (child,) = run_store().children(alice, first.run_id)
+    assert (child.status, child.error["code"]) == ("aborted", "turn_ended")
+    assert child.finished_at is not None and child.transcript == [{"role": "assistant", "content": "looking "}]
+    assert not [r for r in run_store().list(alice, conversation_id).items if r.status in ("running", "interrupted")]
+    assert answer_of(alice, conversation_id).content == "looking Never mind."
 
 
 def test_a_failing_subagent_fails_its_run_and_keeps_every_runs_usage(alice: Any) -> None:

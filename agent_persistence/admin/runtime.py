@@ -52,13 +52,18 @@ class RunAdmin(ConversationColumnMixin, ReadOnlyAdmin):
     search_fields = ("id", "conversation__id", "message_id", "name")
     readonly_fields = (
         "id", "conversation", "message_id", "parent", "name", "status", "epoch", "started_at", "finished_at",
-        "usage", "error", "detached_since", "cancel_requested",
+        "usage", "error", "detached_since", "cancel_requested", "transcript_json",
     )  # fmt: skip
+    exclude = ("transcript",)
     actions = ("abort_stuck_runs",)
 
     @admin.display(description=_("run"), ordering="id")
     def run_id(self, obj: models.Run) -> str:
         return short_id(obj.pk)
+
+    @admin.display(description=_("transcript"))
+    def transcript_json(self, obj: models.Run) -> SafeString:
+        return pretty_json(obj.transcript)
 
     @admin.action(description=_("Mark stuck runs aborted"), permissions=["operate"])
     def abort_stuck_runs(self, request: HttpRequest, queryset: Any) -> None:

@@ -28,6 +28,11 @@ class Run(models.Model):
     detached_since = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
     epoch = models.PositiveBigIntegerField(default=0)
+    transcript = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("A subagent's own messages (text, tool calls and results), oldest first; never the model's transcript."),
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]

@@ -132,6 +132,7 @@ class Producer:
             tool_calls=checkpoint.get("tool_calls"),
             tool_results=checkpoint.get("tool_results"),
             answers=plan.answers,
+            subagents=checkpoint.get("subagents"),
         )
 
     # -- called by the turn ------------------------------------------------------------------

@@ -11,22 +11,36 @@ re-driven after its interrupts were answered continues the very same child
 run (the seed's same-id continuation: interrupted, then running, then
 finished). A child that has finished (a crash takeover aborts the turn's open
 runs) is never resurrected: the next generation of the key gets a new run.
+
+The child keeps a transcript of its own, the run's ``transcript``: what it
+streamed, its tool calls with their results, and any message the agent adds
+with :meth:`Subagent.message` (the task it was given, say). It is kept in the
+turn's checkpoint while the child is open, so a re-driven turn continues it
+where the checkpoint left it, and written to the run with the run's status at
+every end of the block (completed, failed, interrupted or aborted). It is the
+subagent card's transcript on reload and never part of the model's
+transcript. A child the turn leaves parked (interrupted, never re-entered) is
+aborted when the turn ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import itertools
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
-from ..exceptions import Fenced
+from ..exceptions import Fenced, Validation
 from ..statuses import OPEN_RUN_STATUSES, InterruptKind, RunStatus
 
 if TYPE_CHECKING:
     from ..models import Run
     from .turn import Turn
+
+logger = logging.getLogger(__name__)
 
 # Deterministic child run ids: the same subagent of a re-driven turn is the same run.
 SUBAGENT_NAMESPACE = uuid.UUID("2f6b9e34-0c6d-4c1e-9f43-5b7d2a8e1c07")
@@ -41,6 +55,30 @@ class Subagent:
         self.key = key
         self.run_id = run_id
         self.parent_run_id = turn.run_id
+        self._transcript = turn._subagent_transcripts.setdefault(str(run_id), [])
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """The child's own messages so far, oldest first (a copy)."""
+        return copy.deepcopy(self._transcript)
+
+    def message(self, role: str, content: Any, **fields: Any) -> None:
+        """Add a message to the child's transcript only (not the turn's answer): the task it was given, say.
+
+        ``fields`` are a transcript message's others (``name``,
+        ``tool_call_id``, ``tool_calls``, ``metadata``); the message is checked
+        now, as the run store checks it.
+        """
+        from ..stores.runs import clean_transcript
+
+        (cleaned,) = clean_transcript([{"role": role, "content": content, **fields}])
+        self._transcript.append(cleaned)
+
+    def _answer(self) -> dict[str, Any]:
+        """The child's assistant message being written: the last one, or a new one after anything else."""
+        if not self._transcript or self._transcript[-1]["role"] != "assistant" or self._transcript[-1].get("_closed"):
+            self._transcript.append({"role": "assistant", "content": ""})
+        return self._transcript[-1]
 
     @property
     def cancelled(self) -> bool:
@@ -48,8 +86,11 @@ class Subagent:
         return self._turn.cancelled
 
     def stream(self, text: str) -> None:
-        """Append ``text`` to the turn's answer, as :meth:`Turn.stream <agent_persistence.runtime.turn.Turn.stream>`."""
+        """Append ``text`` to the turn's answer, as :meth:`Turn.stream <agent_persistence.runtime.turn.Turn.stream>`, and to the child's."""
         self._turn.stream(text)
+        if text:
+            answer = self._answer()
+            answer["content"] = (answer.get("content") or "") + text
 
     async def add_usage(self, usage: dict[str, int | float]) -> None:
         """Add a model call's counters to this child run's usage (not the parent's), fenced by the turn's epoch."""
@@ -77,11 +118,41 @@ class Subagent:
         approval: bool = False,
     ) -> Any:
         """Call a tool once per ``call_id`` of the turn; an approval is asked on behalf of this child run."""
-        return await self._turn._call_tool(call_id, name, arguments, func, approval=approval, run_id=self.run_id,
-                                           question=self._question(f"tool:{call_id}"))
+        result = await self._turn._call_tool(call_id, name, arguments, func, approval=approval, run_id=self.run_id,
+                                             question=self._question(f"tool:{call_id}"))
+        self._record_tool(call_id, name, arguments, result)
+        return result
+
+    def _record_tool(self, call_id: str, name: str, arguments: dict[str, Any], result: Any) -> None:
+        """The call on the child's assistant message and its result as a tool message (once per call id)."""
+        if any(call.get("id") == call_id for message in self._transcript for call in message.get("tool_calls") or ()):
+            return
+        answer = self._answer()
+        answer.setdefault("tool_calls", []).append(
+            {"id": call_id, "name": name, "arguments": copy.deepcopy(arguments)}
+        )
+        # Text streamed after the result starts the child's next assistant message.
+        answer["_closed"] = True
+        self._transcript.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": copy.deepcopy(result)})
 
     def _question(self, key: str) -> str:
         return f"subagent:{self.key}:{key}"
+
+
+def stored_transcript(transcript: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The transcript as the run stores it (the runtime's marks removed); None, logged, when the store would refuse it.
+
+    A child whose transcript outgrew what a run keeps still ends with its
+    status: the transcript is left as last stored rather than failing the turn.
+    """
+    from ..stores.runs import clean_transcript
+
+    messages = [{key: value for key, value in message.items() if not key.startswith("_")} for message in transcript]
+    try:
+        return clean_transcript(messages)
+    except Validation as exc:
+        logger.warning("A subagent's transcript was not stored: %s", exc)
+        return None
 
 
 def child_run_id(message_id: uuid.UUID, key: str, generation: int) -> uuid.UUID:
@@ -117,16 +188,24 @@ async def subagent_run(turn: "Turn", name: str, key: str) -> AsyncIterator[Subag
 
     producer = turn._producer
     run = await open_child_run(turn, name, key)
+    subagent = Subagent(turn, name=name, key=key, run_id=run.pk)
 
     async def end(status: str, error: dict[str, str] | None = None) -> None:
+        transcript = stored_transcript(subagent._transcript)
         if status == RunStatus.INTERRUPTED:
-            write = lambda: run_store().aset_status(turn.scope, run.pk, status, epoch=producer.epoch)  # noqa: E731
+            write = lambda: run_store().aset_status(  # noqa: E731
+                turn.scope, run.pk, status, transcript=transcript, epoch=producer.epoch
+            )
         else:
-            write = lambda: run_store().afinish(turn.scope, run.pk, status, error=error, epoch=producer.epoch)  # noqa: E731
+            # Finished: the next generation of the key starts a transcript of its own.
+            turn._subagent_transcripts.pop(str(run.pk), None)
+            write = lambda: run_store().afinish(  # noqa: E731
+                turn.scope, run.pk, status, error=error, transcript=transcript, epoch=producer.epoch
+            )
         await producer.persist("subagent run", write)
 
     try:
-        yield Subagent(turn, name=name, key=key, run_id=run.pk)
+        yield subagent
     except TurnSuspended:
         await end(RunStatus.INTERRUPTED)
         raise

@@ -71,6 +71,7 @@ class Turn:
         tool_calls: list[dict[str, Any]] | None = None,
         tool_results: dict[str, Any] | None = None,
         answers: dict[str, Any] | None = None,
+        subagents: dict[str, list[dict[str, Any]]] | None = None,
     ) -> None:
         self._producer = producer
         self.scope = scope
@@ -84,6 +85,8 @@ class Turn:
         self._tool_calls = tool_calls or []
         self._tool_results = tool_results or {}
         self._answers = answers or {}
+        # The transcripts of the subagents still open in this turn, by key (checkpointed with the text).
+        self._subagent_transcripts: dict[str, list[dict[str, Any]]] = subagents or {}
 
     @property
     def user_message(self) -> Message | None:
@@ -165,6 +168,7 @@ class Turn:
             "text": self._text,
             "tool_calls": copy.deepcopy(self._tool_calls),
             "tool_results": copy.deepcopy(self._tool_results),
+            "subagents": copy.deepcopy(self._subagent_transcripts),
         }
 
     async def tool(

@@ -963,6 +963,10 @@ class RunStoreProtocol(Protocol):
         """The run's child runs (subagents), oldest first."""
         ...
 
+    def list_by_parent_run(self, scope: Scope, run_id: Any) -> list[Run]:
+        """The seed's (TanStack AI's) name for :meth:`children`: the same call."""
+        ...
+
     def list_reclaimable(self, older_than: Any, *, now: datetime | None = None, limit: int | None = None) -> list[Run]:
         """System sweep: running runs detached at ``now - older_than`` or earlier, longest detached first."""
         ...
@@ -975,8 +979,11 @@ class RunStoreProtocol(Protocol):
         """Add ``usage`` to the run's counters (a missing counter starts at 0); the sum of every call is kept."""
         ...
 
-    def set_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
-        """Move an open run between running and interrupted (a pause at an interrupt, a continuation)."""
+    def set_status(
+        self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
+        epoch: int | None = None,
+    ) -> Run:
+        """Move an open run between running and interrupted; ``transcript`` (not None) replaces the run's own."""
         ...
 
     def finish(
@@ -987,9 +994,13 @@ class RunStoreProtocol(Protocol):
         *,
         error: dict[str, str] | None = None,
         finished_at: datetime | None = None,
+        transcript: list[dict[str, Any]] | None = None,
         epoch: int | None = None,
     ) -> Run:
-        """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished")."""
+        """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished").
+
+        ``transcript`` (not None) replaces the run's own transcript in the same write.
+        """
         ...
 
     def mark_detached(self, scope: Scope, run_id: Any, since: datetime | None = None, *, epoch: int | None = None) -> Run:
@@ -1048,6 +1059,10 @@ class RunStoreProtocol(Protocol):
         """Async twin of :meth:`children`."""
         ...
 
+    async def alist_by_parent_run(self, scope: Scope, run_id: Any) -> list[Run]:
+        """Async twin of :meth:`list_by_parent_run`."""
+        ...
+
     async def alist_reclaimable(
         self, older_than: Any, *, now: datetime | None = None, limit: int | None = None
     ) -> list[Run]:
@@ -1062,7 +1077,10 @@ class RunStoreProtocol(Protocol):
         """Async twin of :meth:`add_usage`."""
         ...
 
-    async def aset_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
+    async def aset_status(
+        self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
+        epoch: int | None = None,
+    ) -> Run:
         """Async twin of :meth:`set_status`."""
         ...
 
@@ -1074,6 +1092,7 @@ class RunStoreProtocol(Protocol):
         *,
         error: dict[str, str] | None = None,
         finished_at: datetime | None = None,
+        transcript: list[dict[str, Any]] | None = None,
         epoch: int | None = None,
     ) -> Run:
         """Async twin of :meth:`finish`."""

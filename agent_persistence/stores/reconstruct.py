@@ -3,8 +3,9 @@
 :func:`reconstruct` reads, through the configured stores (or the family it is
 given), what a page reload has lost: the conversation, the newest page of its
 transcript (or the page before a cursor), its activity rows, one subagent card
-per child run of the page's turns (with the child's own transcript and nested
-cards), the pending interrupts, and the turn to tail when one is running.
+per child run of the page's turns (with the child's own transcript, the run's
+``transcript``, and nested cards), the pending interrupts, and the turn to
+tail when one is running.
 
 It is several reads, not one snapshot. The turn is read first: a turn that
 ends meanwhile reads as still running, and the client that attaches to tail
@@ -38,10 +39,10 @@ MAX_CARD_DEPTH = 16
 
 @dataclass(frozen=True)
 class SubagentCard:
-    """A child run shown on its parent's assistant message: the run, its transcript, its own children."""
+    """A child run shown on its parent's assistant message: the run, its own transcript, its own children."""
 
     run: Run
-    messages: list[Message]
+    messages: list[dict[str, Any]]
     children: list[SubagentCard] = field(default_factory=list)
 
 
@@ -67,36 +68,17 @@ def configured_stores() -> Any:
     )
 
 
-# -- the two reads the run-lifecycle work replaces at merge -----------------------------------
-#
-# ``RunStore.list_by_parent_run(scope, run_id)`` and ``InterruptStore.list_pending(scope, *,
-# run_id=None, conversation_id=None)`` arrive with that work; until then these use what exists.
+# -- the reads -------------------------------------------------------------------------------
 
 
 def child_runs(stores: Any, scope: Scope, run_id: uuid.UUID) -> list[Run]:
     """The direct child runs (subagents) of a run, oldest first."""
-    return stores.runs.children(scope, run_id)
+    return stores.runs.list_by_parent_run(scope, run_id)
 
 
 def pending_interrupts(stores: Any, scope: Scope, conversation_id: uuid.UUID) -> list[Interrupt]:
     """The conversation's pending interrupts (every run's, subagents' included), oldest first."""
     return stores.interrupts.list(scope, conversation_id, status=InterruptStatus.PENDING.value)
-
-
-def child_transcripts(stores: Any, scope: Scope, conversation_id: uuid.UUID, run_ids: set[uuid.UUID]) -> dict[uuid.UUID, list[Message]]:
-    """The messages each child run wrote (``run_id``), oldest first: one pass over the transcript, only when there are children."""
-    transcripts: dict[uuid.UUID, list[Message]] = {run_id: [] for run_id in run_ids}
-    if not run_ids:
-        return transcripts
-    offset, limit = 0, int(app_settings.MAX_PAGE_SIZE)
-    while True:
-        page = stores.conversations.list_messages(scope, conversation_id, limit=limit, offset=offset)
-        for message in page.items:
-            if message.run_id in transcripts:
-                transcripts[message.run_id].append(message)
-        if not page.has_more:
-            return transcripts
-        offset += limit
 
 
 # -- the call -------------------------------------------------------------------------------
@@ -124,13 +106,11 @@ def reconstruct(
     parents = sorted((run for run in runs if run.parent_id is None and run.message_id in turns_on_page),
                      key=lambda run: (run.started_at, run.pk))
     tree = {parent.pk: _children(stores, scope, parent.pk, depth=1, seen={parent.pk}) for parent in parents}
-    child_ids = {run.pk for children in tree.values() for run in _walk(children)}
-    transcripts = child_transcripts(stores, scope, conversation.pk, child_ids)
     return Reconstruction(
         conversation=conversation,
         messages=page,
         activities=stores.activities.list(scope, conversation.pk),
-        subagents=[_card(run, children, transcripts) for parent in parents for run, children in tree[parent.pk]],
+        subagents=[_card(run, children) for parent in parents for run, children in tree[parent.pk]],
         interrupts=pending_interrupts(stores, scope, conversation.pk),
         live_turn=turn if turn.state in RUNNING_STATES else None,
     )
@@ -156,14 +136,6 @@ def _children(stores: Any, scope: Scope, run_id: uuid.UUID, *, depth: int, seen:
     return tree
 
 
-def _walk(tree: Tree) -> list[Run]:
-    runs = []
-    for run, children in tree:
-        runs.append(run)
-        runs.extend(_walk(children))
-    return runs
-
-
-def _card(run: Run, children: Tree, transcripts: dict[uuid.UUID, list[Message]]) -> SubagentCard:
-    return SubagentCard(run=run, messages=transcripts.get(run.pk, []),
-                        children=[_card(child, grandchildren, transcripts) for child, grandchildren in children])
+def _card(run: Run, children: Tree) -> SubagentCard:
+    return SubagentCard(run=run, messages=list(run.transcript or []),
+                        children=[_card(child, grandchildren) for child, grandchildren in children])

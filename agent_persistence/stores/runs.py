@@ -55,6 +55,11 @@ from .times import check_not_before, clean_caller_time
 #: A run in one of these may still change; the others are final.
 OPEN_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.INTERRUPTED)
 
+#: The most messages a run's own transcript (a subagent's) may hold.
+MAX_TRANSCRIPT_MESSAGES = 1000
+#: The fields a transcript message may carry (a model message's; the id and position are the list's).
+TRANSCRIPT_FIELDS = ("role", "content", "name", "tool_call_id", "tool_calls", "metadata")
+
 #: What :meth:`RunStore.abort_stuck` records when the operator gives no reason.
 STUCK_RUN_ERROR = {"message": "The run stopped making progress and was aborted.", "code": "run_stuck"}
 
@@ -153,6 +158,38 @@ def reclaim_cutoff(older_than: Any, now: Any) -> datetime:
         raise Validation("older_than reaches before the first representable date.", field="older_than") from None
 
 
+def clean_transcript(messages: Any) -> list[dict[str, Any]] | None:
+    """A run's own transcript as it is stored: model messages, each checked as a transcript message is.
+
+    None means "leave the stored transcript as it is". Each message is an
+    object with ``role`` and ``content`` and, optionally, ``name``,
+    ``tool_call_id``, ``tool_calls`` and ``metadata``; a field left empty is
+    not stored.
+    """
+    from .conversations import clean_message
+
+    if messages is None:
+        return None
+    if not isinstance(messages, (list, tuple)):
+        raise Validation("transcript must be a list of messages.", field="transcript")
+    if len(messages) > MAX_TRANSCRIPT_MESSAGES:
+        raise Validation(f"transcript holds at most {MAX_TRANSCRIPT_MESSAGES} messages.", field="transcript")
+    cleaned = []
+    for message in messages:
+        if not isinstance(message, dict):
+            raise Validation("Each transcript message must be an object.", field="transcript")
+        unknown = sorted(str(key) for key in message if key not in TRANSCRIPT_FIELDS)
+        if unknown:
+            raise Validation(f"A transcript message has unknown fields: {', '.join(unknown)[:200]}.", field="transcript")
+        if "role" not in message:
+            raise Validation("Each transcript message needs a role.", field="transcript")
+        fields = clean_message(**{key: message.get(key) for key in TRANSCRIPT_FIELDS}).fields
+        stored = {"role": fields["role"], "content": fields["content"]}
+        stored.update({key: fields[key] for key in TRANSCRIPT_FIELDS[2:] if fields.get(key)})
+        cleaned.append(stored)
+    return cleaned
+
+
 def finish_time(run: Run, finished_at: datetime | None) -> datetime:
     """When the run finishes: the caller's ``finished_at`` (never before ``started_at``), else now.
 
@@ -197,6 +234,12 @@ def writable_run(scope: Scope, run_id: Any) -> Run:
     if run.conversation.owner != scope.user:
         raise ConversationNotOwned()
     return run
+
+
+def transcript_change(transcript: Any) -> dict[str, Any]:
+    """``{"transcript": cleaned}`` to write, or nothing when the caller leaves it as it is."""
+    cleaned = clean_transcript(transcript)
+    return {} if cleaned is None else {"transcript": cleaned}
 
 
 def update_open_run(run: Run, **changes: Any) -> None:
@@ -311,6 +354,9 @@ class RunStore:
         run = readable_run(scope, run_id)
         return list(Run.objects.filter(parent=run).order_by("started_at", "id"))
 
+    #: The seed's (TanStack AI's) name for :meth:`children`.
+    list_by_parent_run = children
+
     def list_reclaimable(self, older_than: Any, *, now: datetime | None = None, limit: int | None = None) -> list[Run]:
         """System sweep: running runs detached at ``now - older_than`` or earlier, longest detached first.
 
@@ -343,14 +389,22 @@ class RunStore:
             update_open_run(run, usage=add_counters(locked.usage or {}, usage))
             return Run.objects.get(pk=run.pk)
 
-    def set_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
-        """Move an open run between running and interrupted (a pause at an interrupt, a continuation)."""
+    def set_status(
+        self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
+        epoch: int | None = None,
+    ) -> Run:
+        """Move an open run between running and interrupted (a pause at an interrupt, a continuation).
+
+        ``transcript`` (a subagent's messages so far) replaces the run's own
+        transcript in the same statement; None leaves it as it is.
+        """
         status = clean_open_status(status)
+        changes = transcript_change(transcript)
         epoch = clean_epoch(epoch)
         with transaction.atomic():
             run = writable_run(scope, run_id)
             guard(run.conversation_id, epoch)
-            update_open_run(run, status=status)
+            update_open_run(run, status=status, **changes)
             return Run.objects.get(pk=run.pk)
 
     def finish(
@@ -361,21 +415,25 @@ class RunStore:
         *,
         error: dict[str, str] | None = None,
         finished_at: datetime | None = None,
+        transcript: list[dict[str, Any]] | None = None,
         epoch: int | None = None,
     ) -> Run:
         """End an open run as completed, failed or aborted, once; a finished run is Conflict("run_finished").
 
         Its usage is kept, whatever the status. ``finished_at`` (an import's)
         defaults to now and may not be before the run's ``started_at``.
+        ``transcript`` (a subagent's messages) replaces the run's own
+        transcript in the same statement; None leaves it as it is.
         """
         status = clean_finished_status(status)
         error = clean_error(error)
         finished_at = clean_caller_time(finished_at, field="finished_at")
+        changes = transcript_change(transcript)
         epoch = clean_epoch(epoch)
         with transaction.atomic():
             run = writable_run(scope, run_id)
             guard(run.conversation_id, epoch)
-            update_open_run(run, status=status, error=error, finished_at=finish_time(run, finished_at))
+            update_open_run(run, status=status, error=error, finished_at=finish_time(run, finished_at), **changes)
             return Run.objects.get(pk=run.pk)
 
     def mark_detached(
@@ -433,6 +491,7 @@ class RunStore:
     afind_active_run = async_twin("find_active_run")
     alist = async_twin("list")
     achildren = async_twin("children")
+    alist_by_parent_run = achildren
     alist_reclaimable = async_twin("list_reclaimable")
     ais_cancel_requested = async_twin("is_cancel_requested")
     aadd_usage = async_twin("add_usage")

@@ -58,6 +58,8 @@ from .supervision import clean_replica, is_dead, occupant_of, status_of
 PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
 #: The error of a run an operator released.
 FORCE_RELEASED = {"code": "force_released", "message": "An operator released this conversation."}
+#: The error of a run the turn left open when it ended: a subagent parked at an interrupt and never continued.
+TURN_ENDED = {"code": "turn_ended", "message": "The turn ended without continuing this run."}
 
 
 # -- locking ----------------------------------------------------------------------------------
@@ -551,6 +553,8 @@ class TurnStore:
         insert_turn_message(pk, answer, position, now)
         if run_id is not None:
             finish_runs(Run.objects.filter(pk=run_id, status__in=OPEN_RUN_STATUSES), seal.run_status, error, now)
+        # No run of an ended turn stays open: a child parked at an interrupt the turn never came back to is aborted.
+        finish_runs(open_runs(pk, answer.id), RunStatus.ABORTED, TURN_ENDED, now)
         TurnSupervision.objects.filter(pk=pk, epoch=epoch, status=SupervisionStatus.RUNNING).update(
             status=seal.supervision_status, heartbeat_at=now
         )

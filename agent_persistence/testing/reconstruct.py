@@ -43,6 +43,12 @@ class ReconstructContract(FamilyContract):
         self.grandchild = family.runs.create_or_resume(scope, conversation.pk, id=uuid7(), message_id=self.turn_id,
                                                        parent_id=self.child.pk, name="fetcher")
         self.child_says = append(scope, conversation.pk, role="assistant", content="reading the docs", run_id=self.child.pk)
+        self.child_transcript = [
+            {"role": "user", "content": "research django"},
+            {"role": "assistant", "content": "reading the docs",
+             "tool_calls": [{"id": "call-1", "name": "fetch", "arguments": {}}]},
+        ]
+        family.runs.set_status(scope, self.child.pk, "interrupted", transcript=self.child_transcript)
         self.answer = append(scope, conversation.pk, id=self.turn_id, role="assistant", content="it is a framework",
                              run_id=self.parent.pk)
         self.pending = family.interrupts.create(scope, conversation.pk, id=uuid7(), run_id=self.child.pk,
@@ -76,7 +82,8 @@ class ReconstructContract(FamilyContract):
         assert (card.run.pk, card.run.name, card.run.parent_id, card.run.message_id) == (
             self.child.pk, "researcher", self.parent.pk, self.turn_id
         )
-        assert [message.content for message in card.messages] == ["reading the docs"]
+        assert card.messages == self.child_transcript
+        assert card.run.status == "interrupted"
         (nested,) = card.children
         assert (nested.run.pk, nested.run.name, nested.messages, nested.children) == (self.grandchild.pk, "fetcher", [], [])
 

@@ -682,6 +682,51 @@ class RunStoreContract(FamilyContract):
             assert self.stored(run)["finished_at"] is not None
 
     @pytest.mark.django_db
+    def test_a_childs_transcript_is_written_with_its_status_and_kept_until_replaced(self, store: Any) -> None:
+        conversation = self.new_conversation(shared=True)
+        parent = self.start_run(store, conversation)
+        child = self.start_run(store, conversation, parent_id=parent.pk, name="researcher")
+        assert self.stored(child)["transcript"] == []
+        asked = [{"role": "user", "content": "find it"}]
+        assert store.set_status(OWNER, child.pk, "interrupted", transcript=asked).transcript == asked
+        assert store.set_status(OWNER, child.pk, "running").transcript == asked  # None leaves it as it is
+        done = asked + [
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "search", "arguments": {"q": "x"}}]},
+            {"role": "tool", "content": {"found": 1}, "tool_call_id": "c1", "name": "search"},
+            {"role": "assistant", "content": "found one", "name": None, "metadata": {}},
+        ]
+        finished = store.finish(OWNER, child.pk, "completed", transcript=done)
+        # Fields left empty are not stored; what the reader of the shared conversation gets is the same.
+        assert finished.transcript == done[:3] + [{"role": "assistant", "content": "found one"}]
+        assert store.list_by_parent_run(READER, parent.pk)[0].transcript == finished.transcript
+        assert [run.pk for run in store.list_by_parent_run(OWNER, parent.pk)] == [run.pk for run in store.children(OWNER, parent.pk)]
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(
+        "transcript",
+        [
+            "not a list",
+            [["role", "user"]],
+            [{"content": "no role"}],
+            [{"role": "wizard", "content": "x"}],
+            [{"role": "user", "content": "x", "id": "mine"}],
+            [{"role": "user", "content": "lone \ud800 surrogate"}],
+            [{"role": "user", "content": {"nul": "a\x00b"}}],
+            [{"role": "user", "content": "x"}] * 1001,
+        ],
+        ids=["text", "not-objects", "no-role", "bad-role", "unknown-field", "surrogate", "nul", "too-many"],
+    )
+    def test_a_bad_transcript_is_validation_and_writes_nothing(self, store: Any, transcript: Any) -> None:
+        conversation = self.new_conversation()
+        run = self.start_run(store, conversation)
+        before = self.stored(run)
+        with pytest.raises(Validation):
+            store.set_status(OWNER, run.pk, "interrupted", transcript=transcript)
+        with pytest.raises(Validation):
+            store.finish(OWNER, run.pk, "completed", transcript=transcript)
+        assert self.stored(run) == before
+
+    @pytest.mark.django_db
     def test_usage_is_kept_when_a_run_fails_or_is_aborted(self, store: Any) -> None:
         conversation = self.new_conversation()
         error = {"message": "The provider failed.", "code": "provider_error"}

@@ -128,6 +128,10 @@ def test_reconstruct_returns_what_a_reload_repaints(alice_client: Any, alice_sco
     child = run_store().create_or_resume(alice_scope, conversation, id=uuid7(), message_id=turn, parent_id=parent.pk,
                                          name="researcher")
     conversations.append_message(alice_scope, conversation, role="assistant", content="reading", run_id=child.pk)
+    run_store().set_status(alice_scope, child.pk, "interrupted", transcript=[
+        {"role": "user", "content": "find it"},
+        {"role": "assistant", "content": "reading", "tool_calls": [{"id": "call-1", "name": "fetch", "arguments": {}}]},
+    ])
     conversations.append_message(alice_scope, conversation, id=turn, role="assistant", content="a framework", run_id=parent.pk)
     pending = interrupt_store().create(alice_scope, conversation, id=uuid7(), run_id=child.pk, kind="tool_approval",
                                        payload={"tool_call_id": "call-1", "name": "fetch", "arguments": {}})
@@ -141,7 +145,11 @@ def test_reconstruct_returns_what_a_reload_repaints(alice_client: Any, alice_sco
     assert [(row["activity_type"], row["content"]) for row in body["activities"]] == [("web_search", {"found": 3})]
     (card,) = body["subagents"]
     assert (card["run"]["id"], card["run"]["name"], card["run"]["message_id"]) == (str(child.pk), "researcher", str(turn))
-    assert [message["content"] for message in card["messages"]] == ["reading"] and card["children"] == []
+    assert card["messages"] == [
+        {"role": "user", "content": "find it"},
+        {"role": "assistant", "content": "reading", "tool_calls": [{"id": "call-1", "name": "fetch", "arguments": {}}]},
+    ]
+    assert card["children"] == []
     assert [interrupt["id"] for interrupt in body["interrupts"]] == [str(pending.pk)]
     live = body["live_turn"]
     assert (live["state"], live["message_id"], live["epoch"], live["recording"]) == ("alive", str(turn), 1, None)

@@ -12,8 +12,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .base import JSONObjectField, StrictCharField, StrictSerializer
-from .conversations import ConversationSerializer, MessagePageSerializer, MessageSerializer
+from ...models import Role
+from .base import JSONArrayField, JSONObjectField, StrictCharField, StrictSerializer
+from .conversations import ConversationSerializer, MessagePageSerializer
 from .turns import InterruptSerializer, RecordingSerializer, RunSerializer
 
 
@@ -53,11 +54,24 @@ class ActivitySaveInputSerializer(StrictSerializer):
     activities = ActivityInputSerializer(many=True, allow_empty=True)
 
 
+class TranscriptMessageSerializer(serializers.Serializer):
+    """One message of a child run's own transcript; a field the run left empty is absent."""
+
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = serializers.JSONField(allow_null=True)
+    name = serializers.CharField(required=False)
+    tool_call_id = serializers.CharField(required=False)
+    tool_calls = JSONArrayField(required=False, help_text="The calls it made: {id, name, arguments}.")
+    metadata = JSONObjectField(required=False)
+
+
 class SubagentCardSerializer(serializers.Serializer):
     """A child run shown on its parent's assistant message (``run.message_id``), with its transcript."""
 
     run = RunSerializer()
-    messages = MessageSerializer(many=True, help_text="The messages the child run wrote, oldest first.")
+    messages = TranscriptMessageSerializer(
+        many=True, help_text="The child run's own transcript (text, tool calls and results), oldest first."
+    )
     children = serializers.SerializerMethodField(help_text="Nested cards: the child's own child runs.")
 
     @extend_schema_field({"type": "array", "items": {"$ref": "#/components/schemas/SubagentCard"}})

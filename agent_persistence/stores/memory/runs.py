@@ -19,6 +19,7 @@ from ..runs import (
     clean_finished_status,
     clean_open_status,
     clean_run_id,
+    clean_transcript,
     clean_usage,
     finish_time,
     reclaim_cutoff,
@@ -147,6 +148,8 @@ class MemoryRunStore:
             kids = [child for child in self.db.runs.values() if child.parent_id == run.pk]
             return [clone(child) for child in sorted(kids, key=lambda child: (child.started_at, child.pk))]
 
+    list_by_parent_run = children
+
     def list_reclaimable(self, older_than: Any, *, now: datetime | None = None, limit: int | None = None) -> list[Run]:
         cutoff = reclaim_cutoff(older_than, now)
         limit, _ = clean_paging(limit, 0)
@@ -175,12 +178,18 @@ class MemoryRunStore:
             run.usage = add_counters(run.usage or {}, usage)
             return clone(run)
 
-    def set_status(self, scope: Scope, run_id: Any, status: str, *, epoch: int | None = None) -> Run:
+    def set_status(
+        self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
+        epoch: int | None = None,
+    ) -> Run:
         status = clean_open_status(status)
+        transcript = clean_transcript(transcript)
         epoch = clean_epoch(epoch)
         with self.db.lock:
             run = self._open(self._writable(scope, run_id, epoch))
             run.status = status
+            if transcript is not None:
+                run.transcript = transcript
             return clone(run)
 
     def finish(
@@ -191,15 +200,19 @@ class MemoryRunStore:
         *,
         error: dict[str, str] | None = None,
         finished_at: datetime | None = None,
+        transcript: list[dict[str, Any]] | None = None,
         epoch: int | None = None,
     ) -> Run:
         status = clean_finished_status(status)
         error = clean_error(error)
         finished_at = clean_caller_time(finished_at, field="finished_at")
+        transcript = clean_transcript(transcript)
         epoch = clean_epoch(epoch)
         with self.db.lock:
             run = self._open(self._writable(scope, run_id, epoch))
             run.status, run.error, run.finished_at = status, error, finish_time(run, finished_at)
+            if transcript is not None:
+                run.transcript = transcript
             return clone(run)
 
     def mark_detached(
@@ -244,6 +257,7 @@ class MemoryRunStore:
     afind_active_run = async_twin("find_active_run")
     alist = async_twin("list")
     achildren = async_twin("children")
+    alist_by_parent_run = achildren
     alist_reclaimable = async_twin("list_reclaimable")
     ais_cancel_requested = async_twin("is_cancel_requested")
     aadd_usage = async_twin("add_usage")

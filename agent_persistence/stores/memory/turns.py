@@ -30,6 +30,7 @@ from ..supervision import clean_replica, is_dead, occupant_of, status_of
 from ..turns import (
     FORCE_RELEASED,
     PRODUCER_LOST,
+    TURN_ENDED,
     announce,
     clean_known_agents,
     clean_seal,
@@ -384,6 +385,7 @@ class MemoryTurnStore:
         run = None if run_id is None else self.db.runs.get(run_id)
         if run is not None:
             self._finish([run], seal.run_status, error, now)
+        self._finish(self._runs_of_turn(pk, answer.id), RunStatus.ABORTED, TURN_ENDED, now)
         row = self.db.supervision.get(pk)
         if row is not None and row.epoch == epoch and row.status == RUNNING:
             row.status, row.heartbeat_at = seal.supervision_status, now
