@@ -363,8 +363,8 @@ def raw_start_sql() -> str:
         "metadata, usage, run_id, created_at, updated_at) "
         "VALUES (%s, %s, 0, 'user', %s, NULL, NULL, NULL, NULL, '{}', NULL, NULL, now(), now())",
         f"INSERT INTO {RUN} (id, conversation_id, message_id, parent_id, name, status, started_at, finished_at, usage, "
-        "error, detached_since, cancel_requested, epoch) "
-        "VALUES (%s, %s, %s, NULL, %s, 'running', now(), NULL, '{}', NULL, NULL, false, 1)",
+        "error, detached_since, cancel_requested, epoch, transcript) "
+        "VALUES (%s, %s, %s, NULL, %s, 'running', now(), NULL, '{}', NULL, NULL, false, 1, '[]')",
         f"INSERT INTO {EVENT} (conversation_id, seq, type, data, run_id, created_at) "
         "VALUES (%s, 1, 'status_running', %s, %s, now())",
     ])

@@ -344,7 +344,8 @@ class RunStore:
         limit, offset = clean_paging(limit, offset)
         turn_id = parse_id(message_id, "message_id") if message_id is not None else None
         conversation = readable_conversation(scope, conversation_id)
-        runs = Run.objects.filter(conversation=conversation).order_by("-started_at", "-id")
+        # A listing never shows a subagent's transcript (its card does): it is not read.
+        runs = Run.objects.filter(conversation=conversation).defer("transcript").order_by("-started_at", "-id")
         if turn_id is not None:
             runs = runs.filter(message_id=turn_id)
         return paginate(runs, limit, offset, with_total=clean_with_total(with_total))
