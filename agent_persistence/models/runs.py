@@ -38,6 +38,8 @@ class Run(models.Model):
         ordering = ["-started_at", "-id"]
         indexes = [
             models.Index(fields=["conversation", "status", "-started_at"], name="ap_run_conv_status"),
+            # RunStore.list: a conversation's runs in (started_at, id) order, and its keyset cursors.
+            models.Index(fields=["conversation", "-started_at", "-id"], name="ap_run_conv_started"),
             models.Index(fields=["conversation", "message_id"], name="ap_run_conv_turn"),
             # RunStore.list_reclaimable: running runs nobody follows, by how long.
             models.Index(

@@ -34,7 +34,8 @@ class Task(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["tenant", "owner", "-created_at", "-id"], name="ap_task_owner_created"),
-            models.Index(fields=["conversation", "-created_at"], name="ap_task_conv_created"),
+            # TaskStore.list(conversation_id=...): its (created_at, id) order and keyset cursors, with no sort.
+            models.Index(fields=["conversation", "-created_at", "-id"], name="ap_task_conv_created"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=TaskStatus.values), name="ap_task_status_valid"),

@@ -18,7 +18,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, connections
-from django.db.models import Exists, Q
+from django.db.models import Exists, Q, Subquery
 
 from .. import json_policy
 from ..conf import app_settings
@@ -224,6 +224,99 @@ def paginate(queryset: Any, limit: int, offset: int, *, with_total: bool = True)
     total = queryset.count()
     items = list(queryset[offset : offset + limit]) if offset < total else []
     return Page(items=items, total=total, limit=limit, offset=offset)
+
+
+def past_cursor(key: str, lookup: str, cursor_key: Any, cursor_pk: uuid.UUID) -> Q:
+    """``(key, id) < (cursor_key, cursor_pk)`` (``lookup="lt"``; ``"gt"``: ``>``), for an index on ``(..., key, id)``.
+
+    Written ``key <= k AND (key < k OR id < c)``: the first half bounds the
+    index scan, the second only sorts out the rows that tie with the cursor on ``k``.
+    """
+    return Q(**{f"{key}__{lookup}e": cursor_key}) & (Q(**{f"{key}__{lookup}": cursor_key}) | Q(**{f"pk__{lookup}": cursor_pk}))
+
+
+def keyset(cursor_rows: Any, key: str, *, before: uuid.UUID | None, after: uuid.UUID | None) -> Q:
+    """The rows strictly before / after the cursors on ``(key, id)``, in the key's ascending sense.
+
+    Each cursor's key is read by a subquery of ``cursor_rows`` (the rows a
+    cursor may name), so the page stays one statement; a cursor that names
+    none of them makes the condition false (an empty page, which the caller
+    then explains).
+    """
+    condition = Q()
+    for cursor, lookup in ((before, "lt"), (after, "gt")):
+        if cursor is not None:
+            cursor_key = Subquery(cursor_rows.filter(pk=cursor).order_by().values(key))
+            condition &= past_cursor(key, lookup, cursor_key, cursor)
+    return condition
+
+
+def keyset_page(
+    rows: Any,
+    *,
+    key: str,
+    cursor_rows: Any,
+    before: Any,
+    after: Any,
+    what: str,
+    limit: int,
+    offset: int,
+    with_total: Any,
+    access: Any = None,
+    check_access: Callable[[], Any] = lambda: None,
+) -> Page[Any]:
+    """A page of a listing by offset and strict ``before`` / ``after`` id cursors on ``(key, id)``.
+
+    ``rows`` is the listing, filtered and ordered for display; ``cursor_rows``
+    the rows a cursor may name (a cursor naming any other row, or no UUID, is
+    NotFound: "No such <what>."). ``check_access()`` raises NotFound when the
+    scope may not see the listing at all; ``access`` is the same check as a
+    condition of the page's own statement (:func:`may_read`), or None when
+    ``rows`` is already the scope's own. ``with_total`` is cleaned here, by
+    :func:`clean_with_total` (a bad value is Validation, after NotFound for a
+    listing out of reach, as a listing that checked access first answered).
+
+    Counted (``with_total``): the access check, each cursor's key and the page
+    are separate statements, as :func:`paginate` counts. Uncounted: one
+    statement (access check and cursors as its subqueries); only an empty
+    page looks again, to tell "nothing more" from a listing or cursor the
+    scope may not see, so a stranger gets NotFound, never an empty page.
+    """
+    try:
+        with_total = clean_with_total(with_total, before, after)
+    except Validation:
+        check_access()
+        raise
+    if with_total:
+        check_access()
+        for cursor, lookup in ((before, "lt"), (after, "gt")):
+            if cursor is None:
+                continue
+            cursor_pk = lookup_id(cursor, what)
+            cursor_key = cursor_rows.filter(pk=cursor_pk).values_list(key, flat=True).first()
+            if cursor_key is None:
+                raise NotFound(f"No such {what}.")
+            rows = rows.filter(past_cursor(key, lookup, cursor_key, cursor_pk))
+        return paginate(rows, limit, offset)
+    try:
+        cursors = {
+            direction: None if cursor is None else lookup_id(cursor, what)
+            for direction, cursor in (("before", before), ("after", after))
+        }
+    except NotFound:
+        page = None  # a malformed cursor: raised below, after the access check, as a counted read would
+    else:
+        if access is not None:
+            rows = rows.filter(access)
+        page = paginate(rows.filter(keyset(cursor_rows, key, **cursors)), limit, offset, with_total=False)
+        if page.items:
+            return page
+    check_access()
+    for cursor in (before, after):
+        if cursor is not None and not cursor_rows.filter(pk=lookup_id(cursor, what)).exists():
+            raise NotFound(f"No such {what}.")
+    assert page is not None, "a malformed cursor passed lookup_id"
+    return page
 
 
 def page_of_rows(rows: list[Any], limit: int, offset: int, *, with_total: bool = True) -> Page[Any]:

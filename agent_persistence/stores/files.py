@@ -41,9 +41,9 @@ from .base import (
     clean_order,
     clean_paging,
     clean_text,
-    clean_with_total,
+    keyset_page,
     lookup_id,
-    paginate,
+    may_read,
     readable,
     readable_conversation,
     writable_conversation,
@@ -271,15 +271,42 @@ class FileStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[StoredFile]:
-        """The conversation's files, oldest first (``order="desc"``: newest first)."""
-        conversation = readable_conversation(scope, conversation_id)
-        limit, offset = clean_paging(limit, offset)
-        order = clean_order(order, "asc")
+        """The conversation's files, oldest first (``order="desc"``: newest first).
+
+        ``before`` / ``after`` are strict file-id cursors on ``(created_at, id)``:
+        only files saved before / after that file (the id breaks ties), whatever
+        ``order`` shows them in. A cursor must be a file of this conversation,
+        else NotFound. A cursor read is uncounted unless ``with_total=True``;
+        uncounted, the page is one statement on the ``(conversation, created_at,
+        id)`` index, the access check and the cursors' times as its subqueries.
+        """
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        try:
+            limit, offset = clean_paging(limit, offset)
+            order = clean_order(order, "asc")
+        except Validation:
+            readable_conversation(scope, pk)  # a conversation out of reach is NotFound before bad paging
+            raise
         ordering = ("created_at", "id") if order == "asc" else ("-created_at", "-id")
-        files = StoredFile.objects.filter(conversation=conversation).order_by(*ordering)
-        return paginate(files, limit, offset, with_total=clean_with_total(with_total))
+        files = StoredFile.objects.filter(conversation_id=pk)
+        return keyset_page(
+            files.order_by(*ordering),
+            key="created_at",
+            cursor_rows=files,
+            before=before,
+            after=after,
+            what="file",
+            limit=limit,
+            offset=offset,
+            with_total=with_total,
+            access=may_read(scope, pk),
+            check_access=lambda: readable_conversation(scope, pk),
+        )
 
     def delete(self, scope: Scope, file_id: Any) -> None:
         """Delete the file: its record now, its content once the deletion commits."""

@@ -724,9 +724,16 @@ class FileStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[StoredFile]:
-        """The conversation's files, oldest first (``order="desc"``: newest first)."""
+        """The conversation's files, oldest first (``order="desc"``: newest first).
+
+        ``before`` / ``after`` are strict file-id cursors on ``(created_at, id)``, whatever the order
+        shown; a cursor that is not a file of this conversation is NotFound. A cursor read is
+        uncounted (``total`` None, ``has_more`` exact) unless ``with_total=True``.
+        """
         ...
 
     def delete(self, scope: Scope, file_id: Any) -> None:
@@ -772,6 +779,8 @@ class FileStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[StoredFile]:
         """Async twin of :meth:`list`."""
@@ -818,9 +827,16 @@ class TaskStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Task]:
-        """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered."""
+        """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered.
+
+        ``before`` / ``after`` are strict task-id cursors on ``(created_at, id)``, whatever the order
+        shown; a cursor that is not a task of ``scope`` (of the conversation, with ``conversation_id``;
+        any status) is NotFound. A cursor read is uncounted unless ``with_total=True``.
+        """
         ...
 
     def update(
@@ -883,6 +899,8 @@ class TaskStoreProtocol(Protocol):
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Task]:
         """Async twin of :meth:`list`."""
@@ -954,9 +972,17 @@ class RunStoreProtocol(Protocol):
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Run]:
-        """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's."""
+        """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's.
+
+        ``order="asc"``: oldest first. ``before`` / ``after`` are strict run-id cursors on
+        ``(started_at, id)``, whatever the order shown; a cursor that is not a run of this listing
+        is NotFound. A cursor read is uncounted unless ``with_total=True``.
+        """
         ...
 
     def children(self, scope: Scope, run_id: Any) -> list[Run]:
@@ -1050,6 +1076,9 @@ class RunStoreProtocol(Protocol):
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Run]:
         """Async twin of :meth:`list`."""

@@ -40,11 +40,12 @@ from .base import (
     clean_datetime,
     clean_epoch,
     clean_json,
+    clean_order,
     clean_paging,
     clean_text,
-    clean_with_total,
+    keyset_page,
     lookup_id,
-    paginate,
+    may_read,
     parse_id,
     readable,
     readable_conversation,
@@ -338,17 +339,44 @@ class RunStore:
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Run]:
-        """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's."""
+        """The conversation's runs (subagents included), newest first; ``message_id`` keeps one turn's.
+
+        ``before`` / ``after`` are strict run-id cursors on ``(started_at, id)``:
+        only runs that start before / after that run (the id breaks ties),
+        whatever ``order`` shows them in. A cursor must be a run of this listing
+        (of the turn, with ``message_id``), else NotFound. A cursor read is
+        uncounted unless ``with_total=True``; uncounted, the page is one
+        statement on the ``(conversation, started_at, id)`` index, the access
+        check and the cursors' start times as its subqueries.
+        """
         limit, offset = clean_paging(limit, offset)
+        order = clean_order(order, "desc")
         turn_id = parse_id(message_id, "message_id") if message_id is not None else None
-        conversation = readable_conversation(scope, conversation_id)
-        # A listing never shows a subagent's transcript (its card does): it is not read.
-        runs = Run.objects.filter(conversation=conversation).defer("transcript").order_by("-started_at", "-id")
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        runs = Run.objects.filter(conversation_id=pk)
         if turn_id is not None:
             runs = runs.filter(message_id=turn_id)
-        return paginate(runs, limit, offset, with_total=clean_with_total(with_total))
+        ordering = ("-started_at", "-id") if order == "desc" else ("started_at", "id")
+        return keyset_page(
+            # A listing never shows a subagent's transcript (its card does): it is not read.
+            runs.defer("transcript").order_by(*ordering),
+            key="started_at",
+            cursor_rows=runs,
+            before=before,
+            after=after,
+            what="run",
+            limit=limit,
+            offset=offset,
+            with_total=with_total,
+            access=may_read(scope, pk),
+            check_access=lambda: readable_conversation(scope, pk),
+        )
 
     def children(self, scope: Scope, run_id: Any) -> list[Run]:
         """The run's child runs (subagents), oldest first."""

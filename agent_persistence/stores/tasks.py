@@ -32,10 +32,9 @@ from .base import (
     clean_order,
     clean_paging,
     clean_text,
-    clean_with_total,
     json_size,
+    keyset_page,
     lookup_id,
-    paginate,
     parse_id,
     writable_conversation,
 )
@@ -168,20 +167,38 @@ class TaskStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Task]:
-        """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered."""
+        """``scope``'s tasks, newest first (``order="asc"``: oldest first), optionally filtered.
+
+        ``before`` / ``after`` are strict task-id cursors on ``(created_at, id)``:
+        only tasks created before / after that task (the id breaks ties),
+        whatever ``order`` shows them in. A cursor must be a task of ``scope``
+        (of the conversation, with ``conversation_id``), else NotFound; the
+        ``status`` filter is the page's only, so a task whose status moved on
+        still marks a place. A cursor read is not counted unless ``with_total=True``.
+        """
         check_scope(scope)
         limit, offset = clean_paging(limit, offset)
         order = clean_order(order, "desc")
         tasks = owned_tasks(scope)
         if conversation_id is not None:
             tasks = tasks.filter(conversation_id=parse_id(conversation_id, "conversation_id"))
-        if status is not None:
-            tasks = tasks.filter(status=clean_status(status))
+        listed = tasks if status is None else tasks.filter(status=clean_status(status))
         ordering = ("-created_at", "-id") if order == "desc" else ("created_at", "id")
-        tasks = tasks.order_by(*ordering)
-        return paginate(tasks, limit, offset, with_total=clean_with_total(with_total))
+        return keyset_page(
+            listed.order_by(*ordering),
+            key="created_at",
+            cursor_rows=tasks,
+            before=before,
+            after=after,
+            what="task",
+            limit=limit,
+            offset=offset,
+            with_total=with_total,
+        )
 
     def update(
         self,

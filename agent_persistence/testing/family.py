@@ -33,6 +33,7 @@ from django.db.models import DateTimeField
 from django.utils import timezone
 
 from ..conf import app_settings
+from ..exceptions import NotFound
 from ..ids import uuid7
 from ..statuses import SupervisionStatus
 from ..scope import Scope
@@ -242,6 +243,27 @@ def record_of(instance: Any) -> dict[str, Any]:
         value = getattr(instance, field.attname)
         values[field.attname] = getattr(value, "name", value) if field.get_internal_type() == "FileField" else value
     return values
+
+
+def walk_by_cursor(read_page: Callable[..., Any], *, cursor: str, order: str, limit: int) -> tuple[list[Any], list[Any]]:
+    """A listing read page by page, each page from ``cursor`` (``"before"`` or ``"after"``) the last row of the one before.
+
+    ``read_page(order=, limit=, before= / after=)`` reads one page; the first
+    has no cursor. The walk stops at the first page without ``has_more``.
+    Returns the ids in the order read and the pages (for their totals).
+    """
+    pages = [read_page(order=order, limit=limit)]
+    while pages[-1].has_more:
+        assert pages[-1].items and len(pages) < 1000, "has_more on an empty page, or a walk that never ends"
+        pages.append(read_page(order=order, limit=limit, **{cursor: pages[-1].items[-1].pk}))
+    return [row.pk for page in pages for row in page.items], pages
+
+
+def caught_not_found(call: Callable[[], Any]) -> tuple[str, str, dict[str, Any]]:
+    """The NotFound ``call()`` raises, as (code, message, details): to compare two refusals."""
+    with pytest.raises(NotFound) as caught:
+        call()
+    return caught.value.code, caught.value.message, caught.value.details
 
 
 def count_conversations(store: Any, scopes: tuple[Scope, ...] = (ALICE, BOB, MALLORY)) -> int:

@@ -17,6 +17,7 @@ Override ``make_stores()`` to run the suite on another family.
 
 from __future__ import annotations
 
+import functools
 import io
 import time
 from collections.abc import Callable, Iterator
@@ -38,7 +39,7 @@ from ..models import Conversation, Message, StoredFile
 from ..scope import Scope
 from .actors import ALICE, Actors
 from .concurrency import run_in_threads
-from .family import FamilyContract, frozen_clock
+from .family import FamilyContract, caught_not_found, frozen_clock, walk_by_cursor
 
 SAVE_RACE_ROUNDS = 4
 SAVE_RACE_SAVERS = 5
@@ -455,6 +456,78 @@ class FileStoreContract(Actors, FamilyContract):
             with pytest.raises(NotFound):
                 store.list(scope, conversation_id)
 
+    def files_with_ties(self, store: Any, scope: Scope, conversation: Conversation) -> list[StoredFile]:
+        """Six files of the conversation, three saved in one instant; in listing key order (created_at, then id)."""
+        now = timezone.now()
+        saved = []
+        for offset in (0, -5, 0, 5, 0, -9):
+            with frozen_clock(now + timedelta(seconds=offset)):
+                saved.append(store.save(scope, conversation_id=conversation.pk, content=b"x", name=f"f{len(saved)}"))
+        return sorted(saved, key=lambda record: (record.created_at, record.pk))
+
+    @pytest.mark.django_db
+    def test_cursor_walks_read_every_file_once_in_order_both_ways(self, store: Any, alice: Scope) -> None:
+        conversation = self.conversation(alice)
+        oldest_first = [record.pk for record in self.files_with_ties(store, alice, conversation)]
+        store.save(alice, conversation_id=self.conversation(alice).pk, content=b"x", name="elsewhere")
+        read_page = functools.partial(store.list, alice, conversation.pk)
+        for limit in (1, 2, 4):
+            oldest, pages = walk_by_cursor(read_page, cursor="after", order="asc", limit=limit)
+            assert oldest == oldest_first, limit
+            assert [page.total for page in pages] == [6] + [None] * (len(pages) - 1), limit
+            assert [page.has_more for page in pages] == [True] * (len(pages) - 1) + [False], limit
+            newest, pages = walk_by_cursor(read_page, cursor="before", order="desc", limit=limit)
+            assert newest == oldest_first[::-1], limit
+            assert pages[-1].has_more is False and all(page.has_more for page in pages[:-1]), limit
+
+    @pytest.mark.django_db
+    def test_file_cursors_are_strict_by_created_at_then_id_whatever_the_order(self, store: Any, alice: Scope) -> None:
+        conversation = self.conversation(alice)
+        saved = self.files_with_ties(store, alice, conversation)
+        ids = [record.pk for record in saved]
+        assert saved[2].created_at == saved[3].created_at == saved[4].created_at  # ids decide among these three
+        pages = {
+            "before": store.list(alice, conversation.pk, before=ids[3]),
+            "before, newest first": store.list(alice, conversation.pk, before=str(ids[3]), order="desc"),
+            "after": store.list(alice, conversation.pk, after=ids[3]),
+            "after, newest first": store.list(alice, conversation.pk, after=ids[2], order="desc"),
+            "between": store.list(alice, conversation.pk, after=ids[1], before=ids[4]),
+            "with offset": store.list(alice, conversation.pk, after=ids[1], limit=2, offset=1),
+            "past the end": store.list(alice, conversation.pk, after=ids[5]),
+        }
+        assert {name: ([record.pk for record in page.items], page.total, page.has_more) for name, page in pages.items()} == {
+            "before": (ids[:3], None, False),
+            "before, newest first": ([ids[2], ids[1], ids[0]], None, False),
+            "after": (ids[4:], None, False),
+            "after, newest first": ([ids[5], ids[4], ids[3]], None, False),
+            "between": (ids[2:4], None, False),
+            "with offset": (ids[3:5], None, True),
+            "past the end": ([], None, False),
+        }
+        counted = store.list(alice, conversation.pk, after=ids[2], limit=2, with_total=True)
+        assert ([record.pk for record in counted.items], counted.total, counted.has_more) == (ids[3:5], 3, True)
+
+    @pytest.mark.django_db
+    def test_a_file_cursor_outside_the_conversation_or_the_scope_is_not_found(
+        self, store: Any, alice: Scope, bob: Scope, mallory: Scope
+    ) -> None:
+        shared, private = self.conversation(alice, shared=True), self.conversation(alice)
+        first = store.save(alice, conversation_id=shared.pk, content=b"x", name="first")
+        second = store.save(alice, conversation_id=shared.pk, content=b"x", name="second")
+        foreign = store.save(alice, conversation_id=private.pk, content=b"x", name="foreign")
+        for cursor in (foreign.pk, uuid7(), "nope", 5):
+            for direction in ("before", "after"):
+                for with_total in (None, True, False):
+                    with pytest.raises(NotFound):
+                        store.list(alice, shared.pk, with_total=with_total, **{direction: cursor})
+        unknown_conversation = caught_not_found(lambda: store.list(alice, uuid7(), before=first.pk))
+        for scope, conversation, cursor in ((mallory, shared, first), (bob, private, foreign)):
+            for with_total in (None, True):
+                # Answered exactly as for a conversation nobody holds: existence never leaks.
+                refused = caught_not_found(lambda: store.list(scope, conversation.pk, after=cursor.pk, with_total=with_total))
+                assert refused == unknown_conversation, (scope, with_total)
+        assert [record.pk for record in store.list(bob, shared.pk, after=first.pk).items] == [second.pk]
+
     @pytest.mark.django_db
     @pytest.mark.parametrize(
         "paging", [{"limit": 0}, {"limit": 10**6}, {"limit": "5"}, {"offset": -1}, {"order": "newest"}]
@@ -599,6 +672,7 @@ class FileStoreContract(Actors, FamilyContract):
         with stream:
             assert stream.read() == b"async"
         assert async_to_sync(store.alist)(alice, conversation.pk).total == 1
+        assert async_to_sync(store.alist)(alice, conversation.pk, before=record.pk).items == []
         async_to_sync(store.adelete)(alice, record.pk)
         assert async_to_sync(store.apurge_expired)() == 0
         assert not self.exists(record)

@@ -9,6 +9,7 @@ processes, for a family whose state they share) on committed data.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -24,7 +25,7 @@ from ..models import Conversation, Run
 from ..scope import Scope
 from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_threads
-from .family import FamilyContract, frozen_clock, record_of
+from .family import FamilyContract, caught_not_found, frozen_clock, record_of, walk_by_cursor
 
 OWNER, READER, STRANGER = ALICE, BOB, MALLORY  # the owner, another user of her tenant, another tenant
 
@@ -246,6 +247,84 @@ class RunStoreContract(FamilyContract):
             store.list(OWNER, conversation.pk, message_id="nope")
         with pytest.raises(NotFound):
             store.list(READER, conversation.pk)
+
+    def runs_with_ties(self, store: Any, conversation: Conversation, **options: Any) -> list[Run]:
+        """Six runs of the conversation, three started in one instant and created out of id order; in listing key order."""
+        now = timezone.now()
+        tied = sorted(uuid7() for _ in range(3))
+        runs = [
+            self.start_run_at(store, conversation, now + timedelta(seconds=offset), **({"id": run_id} if run_id else {}), **options)
+            for offset, run_id in ((0, tied[2]), (-5, None), (0, tied[0]), (5, None), (0, tied[1]), (-9, None))
+        ]
+        return sorted(runs, key=lambda run: (run.started_at, run.pk))
+
+    @pytest.mark.django_db
+    def test_cursor_walks_read_every_run_once_in_order_both_ways(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        oldest_first = [run.pk for run in self.runs_with_ties(store, conversation)]
+        self.start_run(store, self.new_conversation())  # another conversation's run is never read
+        read_page = functools.partial(store.list, OWNER, conversation.pk)
+        for limit in (1, 2, 4):
+            newest, pages = walk_by_cursor(read_page, cursor="before", order="desc", limit=limit)
+            assert newest == oldest_first[::-1], limit
+            assert [page.total for page in pages] == [6] + [None] * (len(pages) - 1), limit
+            assert [page.has_more for page in pages] == [True] * (len(pages) - 1) + [False], limit
+            oldest, pages = walk_by_cursor(read_page, cursor="after", order="asc", limit=limit)
+            assert oldest == oldest_first, limit
+            assert pages[-1].has_more is False and all(page.has_more for page in pages[:-1]), limit
+
+    @pytest.mark.django_db
+    def test_run_cursors_are_strict_by_started_at_then_id_whatever_the_order(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        runs = self.runs_with_ties(store, conversation)
+        ids = [run.pk for run in runs]
+        assert runs[2].started_at == runs[3].started_at == runs[4].started_at  # ids decide among these three
+        pages = {
+            "before, newest first": store.list(OWNER, conversation.pk, before=ids[3]),
+            "before, oldest first": store.list(OWNER, conversation.pk, before=str(ids[3]), order="asc"),
+            "after": store.list(OWNER, conversation.pk, after=ids[3], order="asc"),
+            "after, newest first": store.list(OWNER, conversation.pk, after=ids[2]),
+            "between": store.list(OWNER, conversation.pk, after=ids[1], before=ids[4], order="asc"),
+            "with offset": store.list(OWNER, conversation.pk, before=ids[4], limit=2, offset=1),
+            "past the end": store.list(OWNER, conversation.pk, after=ids[5]),
+        }
+        assert {name: ([run.pk for run in page.items], page.total, page.has_more) for name, page in pages.items()} == {
+            "before, newest first": ([ids[2], ids[1], ids[0]], None, False),
+            "before, oldest first": (ids[:3], None, False),
+            "after": (ids[4:], None, False),
+            "after, newest first": ([ids[5], ids[4], ids[3]], None, False),
+            "between": (ids[2:4], None, False),
+            "with offset": ([ids[2], ids[1]], None, True),
+            "past the end": ([], None, False),
+        }
+        counted = store.list(OWNER, conversation.pk, before=ids[3], limit=2, with_total=True)
+        assert ([run.pk for run in counted.items], counted.total, counted.has_more) == ([ids[2], ids[1]], 3, True)
+        assert store.list(OWNER, conversation.pk, with_total=False).total is None
+        with pytest.raises(Validation):
+            store.list(OWNER, conversation.pk, order="newest")
+
+    @pytest.mark.django_db
+    def test_a_run_cursor_outside_the_listing_or_the_scope_is_not_found(self, store: Any) -> None:
+        shared, private = self.new_conversation(shared=True), self.new_conversation()
+        now, turn = timezone.now(), uuid7()
+        first = self.start_run_at(store, shared, now, message_id=turn)
+        other_turn = self.start_run_at(store, shared, now + timedelta(seconds=1))
+        foreign, private_run = self.start_run(store, private), self.start_run(store, private)
+        for cursor in (foreign.pk, uuid7(), "nope", 5):
+            for direction in ("before", "after"):
+                for with_total in (None, True, False):
+                    with pytest.raises(NotFound):
+                        store.list(OWNER, shared.pk, with_total=with_total, **{direction: cursor})
+        with pytest.raises(NotFound):
+            store.list(OWNER, shared.pk, message_id=turn, before=other_turn.pk)  # a run of another turn
+        unknown_conversation = caught_not_found(lambda: store.list(OWNER, uuid7(), before=first.pk))
+        for scope, conversation, cursor in ((STRANGER, shared, first), (READER, private, private_run)):
+            for with_total in (None, True):
+                # Answered exactly as for a conversation nobody holds: existence never leaks.
+                refused = caught_not_found(lambda: store.list(scope, conversation.pk, after=cursor.pk, with_total=with_total))
+                assert refused == unknown_conversation, (scope, with_total)
+        assert [run.pk for run in store.list(READER, shared.pk, after=first.pk).items] == [other_turn.pk]
+        assert [run.pk for run in store.list(OWNER, shared.pk, message_id=turn, after=first.pk).items] == []
 
     @pytest.mark.django_db
     def test_children_are_the_subagent_runs_oldest_first(self, store: Any) -> None:
@@ -598,6 +677,7 @@ class RunStoreContract(FamilyContract):
         assert async_to_sync(store.ais_cancel_requested)(run_id) is True
         assert async_to_sync(store.afinish)(OWNER, run_id, "aborted").status == "aborted"
         assert async_to_sync(store.alist)(OWNER, conversation.pk).total == 1
+        assert async_to_sync(store.alist)(OWNER, conversation.pk, before=run_id).items == []
         assert async_to_sync(store.achildren)(OWNER, run_id) == []
         assert async_to_sync(store.aabort_stuck)(run_id) is False
 

@@ -15,6 +15,7 @@ through the task store's own reads.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from ..ids import uuid7
 from ..models import Conversation, Task
 from ..scope import Scope
 from .actors import ALICE, BOB, MALLORY, Actors
-from .family import FamilyContract, frozen_clock, record_of
+from .family import FamilyContract, frozen_clock, record_of, walk_by_cursor
 from .concurrency import run_in_threads
 
 COMMENT_RACE_ROUNDS = 3
@@ -262,6 +263,84 @@ class TaskStoreContract(Actors, FamilyContract):
         assert [t.pk for t in store.list(alice, conversation_id=str(first.pk), status="completed").items] == [b.pk]
         assert store.list(alice, conversation_id=uuid7()).total == 0
 
+    def tasks_with_ties(self, store: Any, scope: Scope, **fields: Any) -> list[Task]:
+        """Six tasks of ``scope``, three created in one instant; in listing key order (created_at, then id)."""
+        now = timezone.now()
+        tasks = []
+        for offset in (0, -5, 0, 5, 0, -9):
+            with frozen_clock(now + timedelta(seconds=offset)):
+                tasks.append(store.create(scope, title=f"t{len(tasks)}", **fields))
+        return sorted(tasks, key=lambda task: (task.created_at, task.pk))
+
+    @pytest.mark.django_db
+    def test_cursor_walks_read_every_task_once_in_order_both_ways(self, store: Any, alice: Scope, bob: Scope) -> None:
+        conversation = self.conversation(alice)
+        oldest_first = [task.pk for task in self.tasks_with_ties(store, alice, conversation_id=conversation.pk)]
+        store.create(alice, title="elsewhere")
+        store.create(bob, title="bob's")
+        read_page = functools.partial(store.list, alice, conversation_id=conversation.pk)
+        for limit in (1, 2, 4):
+            newest, pages = walk_by_cursor(read_page, cursor="before", order="desc", limit=limit)
+            assert newest == oldest_first[::-1], limit
+            assert [page.total for page in pages] == [6] + [None] * (len(pages) - 1), limit
+            assert [page.has_more for page in pages] == [True] * (len(pages) - 1) + [False], limit
+            oldest, pages = walk_by_cursor(read_page, cursor="after", order="asc", limit=limit)
+            assert oldest == oldest_first, limit
+            assert pages[-1].has_more is False and all(page.has_more for page in pages[:-1]), limit
+        everything, _ = walk_by_cursor(functools.partial(store.list, alice), cursor="before", order="desc", limit=3)
+        assert len(everything) == len(set(everything)) == 7
+
+    @pytest.mark.django_db
+    def test_task_cursors_are_strict_by_created_at_then_id_whatever_the_order(self, store: Any, alice: Scope) -> None:
+        tasks = self.tasks_with_ties(store, alice)
+        ids = [task.pk for task in tasks]
+        assert tasks[2].created_at == tasks[3].created_at == tasks[4].created_at  # ids decide among these three
+        pages = {
+            "before, newest first": store.list(alice, before=ids[3]),
+            "before, oldest first": store.list(alice, before=str(ids[3]), order="asc"),
+            "after": store.list(alice, after=ids[3], order="asc"),
+            "after, newest first": store.list(alice, after=ids[2]),
+            "between": store.list(alice, after=ids[1], before=ids[4], order="asc"),
+            "with offset": store.list(alice, before=ids[4], limit=2, offset=1),
+            "past the end": store.list(alice, after=ids[5]),
+        }
+        assert {name: ([task.pk for task in page.items], page.total, page.has_more) for name, page in pages.items()} == {
+            "before, newest first": ([ids[2], ids[1], ids[0]], None, False),
+            "before, oldest first": (ids[:3], None, False),
+            "after": (ids[4:], None, False),
+            "after, newest first": ([ids[5], ids[4], ids[3]], None, False),
+            "between": (ids[2:4], None, False),
+            "with offset": ([ids[2], ids[1]], None, True),
+            "past the end": ([], None, False),
+        }
+        counted = store.list(alice, before=ids[3], limit=2, with_total=True)
+        assert ([task.pk for task in counted.items], counted.total, counted.has_more) == ([ids[2], ids[1]], 3, True)
+        # The status filter is the page's: a cursor whose task's status moved on still marks its place.
+        store.update(alice, ids[3], status="completed")
+        pending = store.list(alice, status="pending", after=ids[3], order="asc")
+        assert [task.pk for task in pending.items] == ids[4:]
+
+    @pytest.mark.django_db
+    def test_a_task_cursor_outside_the_listing_or_the_scope_is_not_found(
+        self, store: Any, alice: Scope, bob: Scope, mallory: Scope
+    ) -> None:
+        first, second = self.conversation(alice), self.conversation(alice)
+        mine = store.create(alice, title="mine", conversation_id=first.pk)
+        elsewhere = store.create(alice, title="in another conversation", conversation_id=second.pk)
+        strangers = [store.create(bob, title="bob's"), store.create(mallory, title="mallory's")]
+        for cursor in (*(task.pk for task in strangers), uuid7(), "nope", 5):
+            for direction in ("before", "after"):
+                for with_total in (None, True, False):
+                    with pytest.raises(NotFound):
+                        store.list(alice, with_total=with_total, **{direction: cursor})
+        for with_total in (None, True):
+            with pytest.raises(NotFound):
+                store.list(alice, conversation_id=first.pk, before=elsewhere.pk, with_total=with_total)
+            for scope in (bob, mallory):
+                with pytest.raises(NotFound):
+                    store.list(scope, after=mine.pk, with_total=with_total)
+        assert [task.pk for task in store.list(alice, after=mine.pk).items] == [elsewhere.pk]
+
     @pytest.mark.django_db
     @pytest.mark.parametrize(
         "arguments",
@@ -477,5 +556,6 @@ class TaskStoreContract(Actors, FamilyContract):
         async_to_sync(store.aset_result)(alice, task.pk, {"ok": True})
         assert async_to_sync(store.aget_result)(alice, task.pk) == {"ok": True}
         assert async_to_sync(store.alist)(alice).total == 1
+        assert async_to_sync(store.alist)(alice, before=task.pk).items == []
         async_to_sync(store.adelete)(alice, task.pk)
         assert not self.exists(task.pk)

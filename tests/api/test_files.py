@@ -137,6 +137,26 @@ def test_list_files(alice_client: Any, alice_scope: Any, conversation: Any, stor
     assert alice_client.get(url("file-list", conversation.pk), {"limit": "x"}).status_code == 400
 
 
+def test_list_files_by_cursor(alice_client: Any, bob_client: Any, alice_scope: Any, conversation: Any) -> None:
+    """``before`` / ``after`` a file id: strict, uncounted unless asked; a cursor that is not a file of it is 404."""
+    saved = [str(file_store().save(alice_scope, conversation_id=conversation.pk, content=b"x", name=f"f{i}").pk) for i in range(4)]
+    path = url("file-list", conversation.pk)
+    response = alice_client.get(path, {"after": saved[0], "limit": 2})
+    assert response.status_code == 200
+    body = response.json()
+    assert ([f["id"] for f in body["items"]], body["total"], body["has_more"]) == (saved[1:3], None, True)
+    body = alice_client.get(path, {"before": saved[3], "order": "desc", "total": "true"}).json()
+    assert ([f["id"] for f in body["items"]], body["total"], body["has_more"]) == (saved[2::-1], 3, False)
+    foreign = file_store().save(alice_scope, conversation_id=conversation_store().create(alice_scope).pk, content=b"x", name="f")
+    for cursor in (str(foreign.pk), "01900000-0000-7000-8000-000000000001", "nope", "1"):
+        for direction in ("before", "after"):
+            response = alice_client.get(path, {direction: cursor})
+            assert (response.status_code, response.json()["code"]) == (404, "not_found"), (direction, cursor)
+    assert bob_client.get(path, {"after": saved[0]}).status_code == 404
+    conversation_store().share(alice_scope, conversation.pk)
+    assert [f["id"] for f in bob_client.get(path, {"after": saved[0]}).json()["items"]] == saved[1:]
+
+
 def test_metadata_download_and_delete(alice_client: Any, stored: Any) -> None:
     response = alice_client.get(url("file-detail", stored.pk))
     assert response.status_code == 200 and response.json()["name"] == "notes.txt" and response.json()["size"] == 11

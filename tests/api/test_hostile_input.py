@@ -5,7 +5,8 @@ them: escaped lone surrogates (``"\\ud800"``), NUL (``"\\u0000"``), JSON nested
 1,000 and 100,000 deep, numbers out of range, other content types. After the
 refused writes the owner's listings still answer (on SQLite a committed lone
 surrogate used to make them 500 for good). Query parameters too large for a
-64-bit ``OFFSET`` and path parameters holding NUL are 400 / 404.
+64-bit ``OFFSET`` and path parameters holding NUL are 400 / 404; an id cursor
+holding anything but a row's id is 404.
 """
 
 from __future__ import annotations
@@ -269,6 +270,29 @@ def test_the_largest_event_cursor_is_an_empty_page(alice_client: Any, rows: dict
     response = alice_client.get(f"{url('event-list', rows['conversation'])}?after=9223372036854775807")
     assert response.status_code == 200
     assert response.json()["events"] == []
+
+
+def id_cursor_listings(rows: dict[str, str]) -> list[str]:
+    """The listings that page by ``before`` / ``after`` an id: messages, runs, files, tasks."""
+    c = rows["conversation"]
+    return [url("conversation-detail", c), url("message-list", c), url("conversation-runs", c), url("file-list", c), url("task-list")]
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["%00", "a%00b", "01900000-0000-7000-8000-000000000001%00", "%ED%A0%80", "%5Cud800", "%F0%9F%98%80", "%20",
+     "x" * 10_000, "9" * 5_000, "{01900000-0000-7000-8000-000000000001}"],
+    ids=["nul", "inner-nul", "uuid-nul", "surrogate", "escaped-surrogate", "emoji", "space", "10k", "5k-digits", "braces"],
+)
+def test_hostile_id_cursors_are_404_not_found_on_every_cursor_listing(
+    alice_client: Any, rows: dict[str, str], hostile: str
+) -> None:
+    """Whatever text a cursor holds, it names no row: the JSON 404 a message cursor gets, never a 500."""
+    for path in id_cursor_listings(rows):
+        for direction in ("before", "after"):
+            response = alice_client.get(f"{path}?{direction}={hostile}")
+            assert_error(response, 404, "not_found")
+    assert_owner_reads_still_work(alice_client, rows)
 
 
 @pytest.mark.parametrize("query", ["agent=%00", "order=%00", "status=%00", "conversation_id=%00", "message_id=%00",

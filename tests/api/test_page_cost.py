@@ -12,19 +12,22 @@ must read the ``(conversation, position)`` index (events: ``(conversation, seq)`
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any, Callable
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from agent_persistence.api.serializers.base import representation
 from agent_persistence.api.serializers.conversations import ConversationSerializer, EventSerializer, MessageSerializer
 from agent_persistence.api.serializers.files import FileSerializer
 from agent_persistence.api.serializers.tasks import TaskResultSerializer, TaskSerializer
 from agent_persistence.api.serializers.turns import InterruptSerializer, RunSerializer
-from agent_persistence.models import Message
+from agent_persistence.ids import uuid7
+from agent_persistence.models import Message, Run, StoredFile, Task
 from agent_persistence.scope import Scope
 from agent_persistence.stores import (
     conversation_store,
@@ -59,11 +62,14 @@ def fill(scope: Scope, rows: int) -> dict[str, Any]:
         run_store().create_or_resume(scope, conversation.pk, id=uuid.uuid4(), message_id=messages[0].id, name=f"r{n}")
         for n in range(rows)
     ]
+    files, tasks = [], []
     for n in range(rows):
         interrupt_store().create(scope, conversation.pk, id=uuid.uuid4(), run_id=runs[0].id, kind="generic", payload={"n": n})
-        file_store().save(scope, conversation_id=conversation.pk, content=b"x", name=f"f{n}.txt")
-        task_store().create(scope, title=f"t{n}", conversation_id=conversation.pk)
-    return {"conversation": conversation, "messages": messages}
+        files.append(file_store().save(scope, conversation_id=conversation.pk, content=b"x", name=f"f{n}.txt"))
+        tasks.append(task_store().create(scope, title=f"t{n}", conversation_id=conversation.pk))
+    # In listing order: runs newest first, files oldest first, tasks newest first.
+    runs = run_store().list(scope, conversation.pk, limit=rows).items
+    return {"conversation": conversation, "messages": messages, "runs": runs, "files": files, "tasks": tasks[::-1]}
 
 
 @pytest.fixture
@@ -84,9 +90,12 @@ def list_requests(full: dict[str, Any]) -> dict[str, Callable[[int], tuple[str, 
         "messages, counted cursor page": lambda size: (url("message-list", pk), {"limit": size, "before": cursor, "total": "true"}),
         "events": lambda size: (url("event-list", pk), {"limit": size}),
         "runs": lambda size: (url("conversation-runs", pk), {"limit": size}),
+        "runs, cursor page": lambda size: (url("conversation-runs", pk), {"limit": size, "before": str(full["runs"][0].id)}),
         "files": lambda size: (url("file-list", pk), {"limit": size}),
+        "files, cursor page": lambda size: (url("file-list", pk), {"limit": size, "after": str(full["files"][0].id)}),
         "tasks": lambda size: (url("task-list"), {"limit": size}),
         "tasks, uncounted": lambda size: (url("task-list"), {"limit": size, "total": "false"}),
+        "tasks, cursor page": lambda size: (url("task-list"), {"limit": size, "before": str(full["tasks"][0].id)}),
     }
 
 
@@ -112,9 +121,12 @@ ENDPOINTS = (
     "messages, counted cursor page",
     "events",
     "runs",
+    "runs, cursor page",
     "files",
+    "files, cursor page",
     "tasks",
     "tasks, uncounted",
+    "tasks, cursor page",
 )
 
 
@@ -149,6 +161,21 @@ def test_a_cursor_read_of_messages_is_one_statement(alice_client: Any, full: dic
     pk, cursor = full["conversation"].pk, str(full["messages"][30].id)
     queries, body = queries_of(alice_client, url("message-list", pk), {"before": cursor, "limit": 10})
     assert (queries, body["total"], body["has_more"], len(body["items"])) == (1, None, True, 10)
+
+
+def test_a_cursor_read_of_runs_files_or_tasks_is_one_statement(alice_client: Any, full: dict[str, Any]) -> None:
+    """As a message page: the access check and the cursor's key are subqueries of the page's one statement."""
+    pk = full["conversation"].pk
+    reads = {
+        "runs": (url("conversation-runs", pk), {"before": str(full["runs"][30].id)}),
+        "files": (url("file-list", pk), {"after": str(full["files"][30].id)}),
+        "tasks": (url("task-list"), {"before": str(full["tasks"][30].id)}),
+        "tasks of the conversation": (url("task-list"), {"before": str(full["tasks"][30].id), "conversation_id": str(pk)}),
+    }
+    for name, (path, query) in reads.items():
+        queries, body = queries_of(alice_client, path, {**query, "limit": 10})
+        assert (queries, body["total"], body["has_more"], len(body["items"])) == (1, None, True, 10), name
+        assert str(full[name.split()[0]][31].id) == body["items"][0]["id"], name
 
 
 def test_an_event_page_is_one_statement(alice_client: Any, full: dict[str, Any]) -> None:
@@ -248,3 +275,59 @@ def test_on_postgresql_cursor_pages_read_the_conversation_position_index(alice_s
         # The page's rows come off the index in order (no sort); only the small conversation table may be scanned.
         assert index in plan and "Sort" not in plan, f"{name}:\n{plan}"
         assert "Seq Scan on agent_persistence_message" not in plan and "Seq Scan on agent_persistence_event" not in plan, plan
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="EXPLAIN plans of PostgreSQL")
+def test_on_postgresql_run_file_and_task_cursor_pages_read_their_listing_index(alice_scope: Scope) -> None:
+    """Explained on 3,000 runs, files and tasks of one conversation among 20 smaller ones (and another owner's
+    3,000 tasks), timestamps tied in threes: a cursor page is read off its listing's index, never the table."""
+    conversations = [conversation_store().create(alice_scope) for _ in range(21)]
+    conversation, now = conversations[-1], timezone.now()
+
+    def moments(count: int) -> list[Any]:
+        return [now - timedelta(milliseconds=n // 3) for n in range(count)]
+
+    tenant, owner = alice_scope.tenant, alice_scope.user
+    for each in conversations:
+        size = 3000 if each is conversation else 50
+        Run.objects.bulk_create(Run(conversation=each, message_id=uuid7(), started_at=at) for at in moments(size))
+        StoredFile.objects.bulk_create(
+            StoredFile(conversation=each, name="f", size=1, content=f"explain/{uuid7()}", created_at=at) for at in moments(size)
+        )
+        Task.objects.bulk_create(
+            Task(tenant=tenant, owner=owner, conversation=each, title="t", created_at=at) for at in moments(size)
+        )
+    Task.objects.bulk_create(Task(tenant=alice_scope.tenant, owner="someone else", title="t", created_at=at) for at in moments(3000))
+    run = Run.objects.filter(conversation=conversation).order_by("started_at", "id")[1500]
+    stored = StoredFile.objects.filter(conversation=conversation).order_by("created_at", "id")[1500]
+    task = Task.objects.filter(conversation=conversation).order_by("created_at", "id")[1500]
+    pk = conversation.pk
+    reads = {
+        "runs before, newest first": ("ap_run_conv_started", lambda: run_store().list(alice_scope, pk, before=run.id, limit=20)),
+        "runs after, oldest first": (
+            "ap_run_conv_started",
+            lambda: run_store().list(alice_scope, pk, after=run.id, order="asc", limit=20),
+        ),
+        "files after": ("ap_file_conv_created", lambda: file_store().list(alice_scope, pk, after=stored.id, limit=20)),
+        "files before, newest first": (
+            "ap_file_conv_created",
+            lambda: file_store().list(alice_scope, pk, before=stored.id, order="desc", limit=20),
+        ),
+        "tasks before": ("ap_task_owner_created", lambda: task_store().list(alice_scope, before=task.id, limit=20)),
+        "tasks after, oldest first": (
+            "ap_task_owner_created",
+            lambda: task_store().list(alice_scope, after=task.id, order="asc", limit=20),
+        ),
+        "tasks of the conversation before": (
+            "ap_task_conv_created",
+            lambda: task_store().list(alice_scope, conversation_id=pk, before=task.id, limit=20),
+        ),
+    }
+    for name, (index, read) in reads.items():
+        with CaptureQueriesContext(connection) as captured:
+            page = read()
+        assert (len(captured), len(page.items), page.total) == (1, 20, None), name
+        plan = explain(captured.captured_queries[-1]["sql"])
+        # The page's rows come off the index in order (no sort of the listing); only the small conversation table may be scanned.
+        assert index in plan and "Sort" not in plan, f"{name}:\n{plan}"
+        assert not any(f"Seq Scan on agent_persistence_{table}" in plan for table in ("run", "storedfile", "task")), plan

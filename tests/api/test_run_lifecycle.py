@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from agent_persistence.models import Interrupt
 from agent_persistence.scope import Scope
@@ -47,6 +49,34 @@ def world(alice_scope: Scope) -> dict[str, Any]:
         for kind, payload in (("tool_approval", TOOL_CALL), ("generic", {"question": "Which tone?"}))
     ]
     return {"conversation": conversation, "parent": parent, "children": children, "asked": asked}
+
+
+def test_runs_are_listed_by_cursor(alice_client: Any, bob_client: Any, alice_scope: Scope) -> None:
+    """``before`` / ``after`` a run id: strict on (started_at, id), uncounted unless asked; a run of another
+    conversation, or no run at all, is 404."""
+    conversation = conversation_store().create(alice_scope)
+    started = timezone.now() - timedelta(minutes=5)
+    runs = [
+        str(run_store().create_or_resume(
+            alice_scope, conversation.pk, id=uuid.uuid4(), message_id=uuid.uuid4(), started_at=started + timedelta(seconds=n)
+        ).pk)
+        for n in range(4)
+    ]
+    path = url("conversation-runs", conversation.pk)
+    response = alice_client.get(path, {"before": runs[3], "limit": 2})
+    assert response.status_code == 200
+    body = response.json()
+    assert ([r["id"] for r in body["items"]], body["total"], body["has_more"]) == ([runs[2], runs[1]], None, True)
+    body = alice_client.get(path, {"after": runs[0], "order": "asc", "total": "true"}).json()
+    assert ([r["id"] for r in body["items"]], body["total"], body["has_more"]) == (runs[1:], 3, False)
+    other = conversation_store().create(alice_scope)
+    foreign = run_store().create_or_resume(alice_scope, other.pk, id=uuid.uuid4(), message_id=uuid.uuid4())
+    for cursor in (str(foreign.pk), "01900000-0000-7000-8000-000000000001", "nope", "1"):
+        for direction in ("before", "after"):
+            response = alice_client.get(path, {direction: cursor})
+            assert (response.status_code, response.json()["code"]) == (404, "not_found"), (direction, cursor)
+    assert bob_client.get(path, {"before": runs[3]}).status_code == 404
+    assert alice_client.get(path, {"order": "up"}).status_code == 400
 
 
 def test_children_lists_a_runs_subagent_runs_oldest_first(alice_client: Any, world: dict[str, Any]) -> None:

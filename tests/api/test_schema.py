@@ -295,6 +295,19 @@ def test_the_schema_links_every_create_to_the_operations_that_take_its_id(transa
     assert schema["components"]["schemas"]["ConversationCreateInputRequest"]["additionalProperties"] is False
 
 
+def test_the_id_cursor_listings_declare_before_after_and_their_total_rule(transactional_db: None) -> None:
+    """Messages, runs, files and tasks page by ``before`` / ``after`` an id, uncounted from a cursor unless asked."""
+    from django.test import Client
+
+    schema = json.loads(Client().get("/api/schema/", HTTP_ACCEPT="application/json").content)
+    operations = {operation["operationId"]: operation for methods in schema["paths"].values() for operation in methods.values()}
+    for operation_id in ("messages_list", "runs_list", "files_list", "tasks_list"):
+        query = {parameter["name"]: parameter for parameter in operations[operation_id]["parameters"] if parameter["in"] == "query"}
+        assert {"limit", "offset", "order", "total", "before", "after"} <= set(query), operation_id
+        assert query["before"]["schema"] == query["after"]["schema"] == {"type": "string"}, operation_id
+        assert "false with before or after" in query["total"]["description"], operation_id
+
+
 def test_the_served_schema_is_openapi_3_and_json(transactional_db: None) -> None:
     """The schema URL answers an OpenAPI 3 document, on a real server, without authentication."""
     with live_server() as base_url:

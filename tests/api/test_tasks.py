@@ -81,6 +81,28 @@ def test_list_with_filters_and_paging(alice_client: Any, alice_scope: Any, bob_s
         assert alice_client.get(url("task-list"), query).status_code == 400
 
 
+def test_list_tasks_by_cursor(alice_client: Any, bob_client: Any, alice_scope: Any, bob_scope: Any) -> None:
+    """``before`` / ``after`` a task id: strict, uncounted unless asked; a cursor that is not a task of the caller is 404."""
+    created = [str(task_store().create(alice_scope, title=f"t{i}").pk) for i in range(4)]
+    response = alice_client.get(url("task-list"), {"before": created[3], "limit": 2})
+    assert response.status_code == 200
+    body = response.json()
+    assert ([t["id"] for t in body["items"]], body["total"], body["has_more"]) == ([created[2], created[1]], None, True)
+    body = alice_client.get(url("task-list"), {"after": created[0], "order": "asc", "total": "true"}).json()
+    assert ([t["id"] for t in body["items"]], body["total"], body["has_more"]) == (created[1:], 3, False)
+    bobs = str(task_store().create(bob_scope, title="bob's").pk)
+    for cursor in (bobs, "01900000-0000-7000-8000-000000000001", "nope", "1"):
+        for direction in ("before", "after"):
+            response = alice_client.get(url("task-list"), {direction: cursor})
+            assert (response.status_code, response.json()["code"]) == (404, "not_found"), (direction, cursor)
+    assert bob_client.get(url("task-list"), {"before": created[3]}).status_code == 404
+    conversation = conversation_store().create(alice_scope)
+    inside = str(task_store().create(alice_scope, title="inside", conversation_id=conversation.pk).pk)
+    assert alice_client.get(url("task-list"), {"conversation_id": str(conversation.pk), "before": created[0]}).status_code == 404
+    body = alice_client.get(url("task-list"), {"conversation_id": str(conversation.pk), "after": inside}).json()
+    assert (body["items"], body["has_more"]) == ([], False)
+
+
 def test_read_update_delete(alice_client: Any, task: Any) -> None:
     assert alice_client.get(url("task-detail", task.pk)).json()["title"] == "Crawl"
     response = alice_client.patch(url("task-detail", task.pk), {"status": "failed", "error": {"why": "x"}}, format="json")

@@ -88,6 +88,32 @@ MESSAGE_PAGING_PARAMETERS = [
     OpenApiParameter("after", str, description="A message id: only messages newer than it."),
 ]
 
+
+
+def keyset_paging_parameters(rows: str, row: str, moment: str) -> list[OpenApiParameter]:
+    """``limit``, ``offset``, ``order``, ``total``, ``before`` and ``after`` of a listing with id cursors.
+
+    The cursors are strict, on ``(moment, id)`` in ascending sense whatever the
+    ``order`` shown; an id that names no row of the listing (or no UUID) is 404,
+    as a message cursor is. A read from a cursor is not counted unless asked.
+    """
+    return [
+        LIMIT,
+        OFFSET,
+        ORDER,
+        OpenApiParameter(
+            "total",
+            bool,
+            description=f"Count the {rows} the page is taken from into its total (default: true without a cursor, "
+            "false with before or after).",
+        ),
+        OpenApiParameter(
+            "before", str, description=f"A {row} id: only {rows} strictly before it ({moment}, then id)."
+        ),
+        OpenApiParameter("after", str, description=f"A {row} id: only {rows} strictly after it ({moment}, then id)."),
+    ]
+
+
 # Every endpoint below can answer these (404 also for a bad or invisible id).
 READ_ERRORS = (400, 401, 403, 404)
 WRITE_ERRORS = (400, 401, 403, 404, 413, 415)

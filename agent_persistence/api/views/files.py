@@ -28,7 +28,7 @@ from ..schema import extend_schema
 from ..serializers.base import error_responses, representation
 from ..serializers.files import FilePageSerializer, FileSerializer, FileUploadInputSerializer
 from .base import ScopedAPIView
-from .conversations import PAGING_PARAMETERS, READ_ERRORS, order_param, validated
+from .conversations import READ_ERRORS, keyset_paging_parameters, order_param, text_param, validated
 
 
 class SizeLimitedUploadHandler(FileUploadHandler):
@@ -77,11 +77,18 @@ class ConversationFileListView(ScopedAPIView):
 
     @extend_schema(
         operation_id="files_list",
-        parameters=PAGING_PARAMETERS,
+        parameters=keyset_paging_parameters("files", "file", "created_at"),
         responses={200: FilePageSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        page = file_store().list(self.scope, conversation_id, **paging(request), order=order_param(request) or "asc")
+        page = file_store().list(
+            self.scope,
+            conversation_id,
+            **paging(request),
+            order=order_param(request) or "asc",
+            before=text_param(request, "before"),
+            after=text_param(request, "after"),
+        )
         return Response(page_body(page, file_body))
 
     @extend_schema(

@@ -22,7 +22,7 @@ from ..serializers.tasks import (
     TaskUpdateInputSerializer,
 )
 from .base import ScopedAPIView
-from .conversations import PAGING_PARAMETERS, READ_ERRORS, WRITE_ERRORS, order_param, text_param, validated
+from .conversations import READ_ERRORS, WRITE_ERRORS, keyset_paging_parameters, order_param, text_param, validated
 
 
 task_body = representation(TaskSerializer)
@@ -35,7 +35,7 @@ class TaskListView(ScopedAPIView):
     @extend_schema(
         operation_id="tasks_list",
         parameters=[
-            *PAGING_PARAMETERS,
+            *keyset_paging_parameters("tasks", "task", "created_at"),
             OpenApiParameter("conversation_id", str, description="Only the tasks of this conversation."),
             OpenApiParameter("status", str, enum=TaskStatus.values, description="Only tasks in this status."),
         ],
@@ -48,6 +48,8 @@ class TaskListView(ScopedAPIView):
             status=text_param(request, "status"),
             **paging(request),
             order=order_param(request) or "desc",
+            before=text_param(request, "before"),
+            after=text_param(request, "after"),
         )
         return Response(page_body(page, task_body))
 

@@ -40,16 +40,12 @@ from ..serializers.turns import (
     TurnStartedSerializer,
 )
 from .base import ScopedAPIView
+from .conversations import keyset_paging_parameters, order_param, text_param
 
 CONVERSATION_ID = OpenApiParameter(
     "conversation_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The conversation's id."
 )
 RUN_ID = OpenApiParameter("run_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The run's id.")
-PAGING = [
-    OpenApiParameter("limit", OpenApiTypes.INT, description="Page size, 1..MAX_PAGE_SIZE (default DEFAULT_PAGE_SIZE)."),
-    OpenApiParameter("offset", OpenApiTypes.INT, description="Items to skip, 0 or more."),
-    OpenApiParameter("total", OpenApiTypes.BOOL, description="Count the runs into the page's total (default true)."),
-]
 READ_ERRORS = (400, 401, 403, 404)
 TAGS = ["turns"]
 
@@ -200,14 +196,22 @@ class ConversationRunsView(ScopedAPIView):
         operation_id="runs_list",
         parameters=[
             CONVERSATION_ID,
-            *PAGING,
+            *keyset_paging_parameters("runs", "run", "started_at"),
             OpenApiParameter("message_id", OpenApiTypes.UUID, description="Only this turn's runs."),
         ],
         responses={200: RunPageSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
         message_id = request.query_params.get("message_id") or None
-        page = run_store().list(self.scope, conversation_id, message_id=message_id, **paging(request))
+        page = run_store().list(
+            self.scope,
+            conversation_id,
+            message_id=message_id,
+            **paging(request),
+            order=order_param(request),
+            before=text_param(request, "before"),
+            after=text_param(request, "after"),
+        )
         return Response(page_body(page, run_body))
 
 

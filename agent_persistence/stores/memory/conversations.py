@@ -7,9 +7,10 @@ is taken; each operation then reads, decides and writes under the lock.
 from __future__ import annotations
 
 import contextlib
+import operator
 import uuid
 from dataclasses import replace
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +60,25 @@ def page_of(rows: list[Any], limit: int, offset: int, *, with_total: bool = True
     """One page of already ordered records, copied; counted as :func:`~agent_persistence.stores.base.paginate` counts."""
     page = page_of_rows(rows, limit, offset, with_total=with_total)
     return replace(page, items=[clone(row) for row in page.items])
+
+
+def past_cursors(
+    rows: list[Any], cursor_rows: list[Any], sort_key: Callable[[Any], Any], *, before: Any, after: Any, what: str
+) -> list[Any]:
+    """The rows strictly before / after the cursors on ``sort_key`` (``(key, pk)``), as :func:`~agent_persistence.stores.base.keyset` keeps them.
+
+    A cursor must name one of ``cursor_rows`` (by id); any other value is NotFound ("No such <what>.").
+    """
+    for cursor, keep in ((before, operator.lt), (after, operator.gt)):
+        if cursor is None:
+            continue
+        pk = lookup_id(cursor, what)
+        named = next((row for row in cursor_rows if row.pk == pk), None)
+        if named is None:
+            raise NotFound(f"No such {what}.")
+        mark = sort_key(named)
+        rows = [row for row in rows if keep(sort_key(row), mark)]
+    return rows
 
 
 class MemoryConversationStore:

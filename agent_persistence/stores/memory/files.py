@@ -29,7 +29,7 @@ from ..files import (
     clean_sweep_limit,
     spool_content,
 )
-from .conversations import page_of
+from .conversations import page_of, past_cursors
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
@@ -132,16 +132,22 @@ class MemoryFileStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "asc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[StoredFile]:
         with self.db.lock:
             conversation = self.db.readable_conversation(scope, conversation_id)
         limit, offset = clean_paging(limit, offset)
         order = clean_order(order, "asc")
+        with_total = clean_with_total(with_total, before, after)
         with self.db.lock:
             files = [record for record in self.db.files.values() if record.conversation_id == conversation.pk]
-            files.sort(key=lambda record: (record.created_at, record.pk), reverse=order == "desc")
-            return page_of(files, limit, offset, with_total=clean_with_total(with_total))
+            listed = past_cursors(
+                files, files, lambda record: (record.created_at, record.pk), before=before, after=after, what="file"
+            )
+            listed.sort(key=lambda record: (record.created_at, record.pk), reverse=order == "desc")
+            return page_of(listed, limit, offset, with_total=with_total)
 
     def delete(self, scope: Scope, file_id: Any) -> None:
         with self.db.lock:

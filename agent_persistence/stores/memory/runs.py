@@ -10,7 +10,18 @@ from django.utils import timezone
 from ...exceptions import Conflict, ConversationNotOwned
 from ...models import Conversation, Run, RunStatus
 from ...scope import Scope
-from ..base import Page, async_twin, check_scope, clean_datetime, clean_epoch, clean_paging, clean_text, clean_with_total, parse_id
+from ..base import (
+    Page,
+    async_twin,
+    check_scope,
+    clean_datetime,
+    clean_epoch,
+    clean_order,
+    clean_paging,
+    clean_text,
+    clean_with_total,
+    parse_id,
+)
 from ..runs import (
     OPEN_RUN_STATUSES,
     STUCK_RUN_ERROR,
@@ -27,7 +38,7 @@ from ..runs import (
     run_not_found,
 )
 from ..times import clean_caller_time
-from .conversations import page_of
+from .conversations import page_of, past_cursors
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
@@ -133,14 +144,24 @@ class MemoryRunStore:
         message_id: Any = None,
         limit: int | None = None,
         offset: int = 0,
+        order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Run]:
         limit, offset = clean_paging(limit, offset)
+        order = clean_order(order, "desc")
         turn_id = parse_id(message_id, "message_id") if message_id is not None else None
         with self.db.lock:
             conversation = self.db.readable_conversation(scope, conversation_id)
-            runs = [run for run in self._runs_of(conversation.pk) if turn_id is None or run.message_id == turn_id]
-            return page_of(runs, limit, offset, with_total=clean_with_total(with_total))
+            with_total = clean_with_total(with_total, before, after)
+            listed = [run for run in self._runs_of(conversation.pk) if turn_id is None or run.message_id == turn_id]
+            runs = past_cursors(
+                listed, listed, lambda run: (run.started_at, run.pk), before=before, after=after, what="run"
+            )
+            if order == "asc":
+                runs.reverse()
+            return page_of(runs, limit, offset, with_total=with_total)
 
     def children(self, scope: Scope, run_id: Any) -> list[Run]:
         with self.db.lock:

@@ -22,7 +22,7 @@ from ..tasks import (
     clean_status,
     clean_title,
 )
-from .conversations import page_of
+from .conversations import page_of, past_cursors
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 CLEANERS = {
@@ -94,6 +94,8 @@ class MemoryTaskStore:
         limit: int | None = None,
         offset: int = 0,
         order: str = "desc",
+        before: Any = None,
+        after: Any = None,
         with_total: bool | None = None,
     ) -> Page[Task]:
         check_scope(scope)
@@ -101,16 +103,21 @@ class MemoryTaskStore:
         order = clean_order(order, "desc")
         conversation_pk = None if conversation_id is None else parse_id(conversation_id, "conversation_id")
         status = None if status is None else clean_status(status)
+        with_total = clean_with_total(with_total, before, after)
         with self.db.lock:
+            # The cursors may name any task of the listing before its status filter (see TaskStore.list).
             tasks = [
                 task
                 for task in self.db.tasks.values()
                 if (task.tenant, task.owner) == (scope.tenant, scope.user)
                 and (conversation_pk is None or task.conversation_id == conversation_pk)
-                and (status is None or task.status == status)
             ]
-            tasks.sort(key=lambda task: (task.created_at, task.pk), reverse=order == "desc")
-            return page_of(tasks, limit, offset, with_total=clean_with_total(with_total))
+            listed = [task for task in tasks if status is None or task.status == status]
+            listed = past_cursors(
+                listed, tasks, lambda task: (task.created_at, task.pk), before=before, after=after, what="task"
+            )
+            listed.sort(key=lambda task: (task.created_at, task.pk), reverse=order == "desc")
+            return page_of(listed, limit, offset, with_total=with_total)
 
     def update(
         self,
