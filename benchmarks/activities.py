@@ -80,8 +80,15 @@ def run(args: argparse.Namespace) -> int:
             conversations.append_message(SCOPE, reloaded.pk, role="user" if index % 2 == 0 else "assistant", content=f"m{index}")
         conversations.append_message(SCOPE, reloaded.pk, role="assistant", content="child", run_id=child.pk)
         conversations.append_message(SCOPE, reloaded.pk, id=turn, role="assistant", content="answer", run_id=parent.pk)
+        # The subagent's own transcript, as turn.subagent writes it: a brief, a tool call and its result, its text.
+        run_store().finish(SCOPE, child.pk, "completed", transcript=[
+            {"role": "user", "content": "find it"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "search", "arguments": {"q": "x"}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "search", "content": {"found": "x" * 200}},
+            {"role": "assistant", "content": "child " * 50},
+        ])
         activities.save(SCOPE, reloaded.pk, rows_of(10))
-        samples["reconstruct (100 messages, 10 activities, 1 subagent)"] = timed(
+        samples["reconstruct (100 messages, 10 activities, 1 subagent with a 4-message transcript)"] = timed(
             lambda: reconstruct(SCOPE, reloaded.pk), max(20, args.ops // 4)
         )
     finally:
