@@ -33,7 +33,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
-from ..exceptions import Fenced, Validation
+from ..exceptions import Fenced, StorageLimit, Validation
 from ..statuses import OPEN_RUN_STATUSES, InterruptKind, RunStatus
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def stored_transcript(transcript: list[dict[str, Any]]) -> list[dict[str, Any]] 
     messages = [{key: value for key, value in message.items() if not key.startswith("_")} for message in transcript]
     try:
         return clean_transcript(messages)
-    except Validation as exc:
+    except (Validation, StorageLimit) as exc:
         logger.warning("A subagent's transcript was not stored: %s", exc)
         return None
 

@@ -30,7 +30,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Conflict, ConversationNotOwned, NotFound, Validation
+from ..exceptions import Conflict, ConversationNotOwned, NotFound, StorageLimit, Validation
 from ..models import FINISHED_RUN_STATUSES, Conversation, Run, RunStatus
 from ..scope import Scope
 from .base import (
@@ -43,6 +43,7 @@ from .base import (
     clean_order,
     clean_paging,
     clean_text,
+    json_size,
     keyset_page,
     lookup_id,
     may_read,
@@ -188,6 +189,9 @@ def clean_transcript(messages: Any) -> list[dict[str, Any]] | None:
         stored = {"role": fields["role"], "content": fields["content"]}
         stored.update({key: fields[key] for key in TRANSCRIPT_FIELDS[2:] if fields.get(key)})
         cleaned.append(stored)
+    limit = app_settings.MAX_STATE_BYTES
+    if json_size(cleaned) > limit:
+        raise StorageLimit(f"The transcript is larger than {limit} bytes.", field="transcript", limit=limit)
     return cleaned
 
 

@@ -782,6 +782,16 @@ class RunStoreContract(FamilyContract):
         assert [run.pk for run in store.list_by_parent_run(OWNER, parent.pk)] == [run.pk for run in store.children(OWNER, parent.pk)]
 
     @pytest.mark.django_db
+    def test_a_transcript_over_max_state_bytes_is_storage_limit_and_writes_nothing(self, store: Any, settings: Any) -> None:
+        settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "MAX_STATE_BYTES": 1000}
+        conversation = self.new_conversation()
+        run = self.start_run(store, conversation)
+        before = self.stored(run)
+        with pytest.raises(StorageLimit):
+            store.finish(OWNER, run.pk, "completed", transcript=[{"role": "assistant", "content": "x" * 600}] * 2)
+        assert self.stored(run) == before
+
+    @pytest.mark.django_db
     @pytest.mark.parametrize(
         "transcript",
         [
