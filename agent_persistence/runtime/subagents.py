@@ -75,8 +75,12 @@ class Subagent:
         self._transcript.append(cleaned)
 
     def _answer(self) -> dict[str, Any]:
-        """The child's assistant message being written: the last one, or a new one after anything else."""
-        if not self._transcript or self._transcript[-1]["role"] != "assistant" or self._transcript[-1].get("_closed"):
+        """The child's assistant message being written: the last one, or a new one after anything else.
+
+        An assistant message that made tool calls is followed by their results, so it is never written on.
+        """
+        last = self._transcript[-1] if self._transcript else None
+        if last is None or last["role"] != "assistant" or last.get("tool_calls"):
             self._transcript.append({"role": "assistant", "content": ""})
         return self._transcript[-1]
 
@@ -128,11 +132,8 @@ class Subagent:
         if any(call.get("id") == call_id for message in self._transcript for call in message.get("tool_calls") or ()):
             return
         answer = self._answer()
-        answer.setdefault("tool_calls", []).append(
-            {"id": call_id, "name": name, "arguments": copy.deepcopy(arguments)}
-        )
-        # Text streamed after the result starts the child's next assistant message.
-        answer["_closed"] = True
+        answer["tool_calls"] = [{"id": call_id, "name": name, "arguments": copy.deepcopy(arguments)}]
+        # Text streamed after the result starts the child's next assistant message (see _answer).
         self._transcript.append({"role": "tool", "tool_call_id": call_id, "name": name, "content": copy.deepcopy(result)})
 
     def _question(self, key: str) -> str:
@@ -140,16 +141,15 @@ class Subagent:
 
 
 def stored_transcript(transcript: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """The transcript as the run stores it (the runtime's marks removed); None, logged, when the store would refuse it.
+    """The transcript as the run stores it; None, logged, when the store would refuse it.
 
     A child whose transcript outgrew what a run keeps still ends with its
     status: the transcript is left as last stored rather than failing the turn.
     """
     from ..stores.runs import clean_transcript
 
-    messages = [{key: value for key, value in message.items() if not key.startswith("_")} for message in transcript]
     try:
-        return clean_transcript(messages)
+        return clean_transcript(transcript)
     except (Validation, StorageLimit) as exc:
         logger.warning("A subagent's transcript was not stored: %s", exc)
         return None
