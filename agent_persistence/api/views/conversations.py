@@ -73,23 +73,6 @@ OFFSET = OpenApiParameter("offset", int, description="How many items to skip, 0 
 ORDER = OpenApiParameter("order", str, enum=["asc", "desc"], description="Sort direction.")
 TOTAL = OpenApiParameter("total", bool, description="Count the listing into the page's total (default true).")
 PAGING_PARAMETERS = [LIMIT, OFFSET, ORDER, TOTAL]
-#: Message pages: a read from a cursor is not counted unless asked (the count grows with the transcript).
-MESSAGE_PAGING_PARAMETERS = [
-    LIMIT,
-    OFFSET,
-    ORDER,
-    OpenApiParameter(
-        "total",
-        bool,
-        description="Count the messages the page is taken from into its total (default: true without a cursor, "
-        "false with before or after).",
-    ),
-    OpenApiParameter("before", str, description="A message id: only messages older than it."),
-    OpenApiParameter("after", str, description="A message id: only messages newer than it."),
-]
-
-
-
 def keyset_paging_parameters(rows: str, row: str, moment: str) -> list[OpenApiParameter]:
     """``limit``, ``offset``, ``order``, ``total``, ``before`` and ``after`` of a listing with id cursors.
 
@@ -112,6 +95,10 @@ def keyset_paging_parameters(rows: str, row: str, moment: str) -> list[OpenApiPa
         ),
         OpenApiParameter("after", str, description=f"A {row} id: only {rows} strictly after it ({moment}, then id)."),
     ]
+
+
+#: Message pages: a read from a cursor is not counted unless asked (the count grows with the transcript).
+MESSAGE_PAGING_PARAMETERS = keyset_paging_parameters("messages", "message", "position")
 
 
 # Every endpoint below can answer these (404 also for a bad or invisible id).
