@@ -259,6 +259,20 @@ def walk_by_cursor(read_page: Callable[..., Any], *, cursor: str, order: str, li
     return [row.pk for page in pages for row in page.items], pages
 
 
+def check_cursor_walks(read_page: Callable[..., Any], oldest_first: list[Any], *, limits: tuple[int, ...] = (1, 2, 4)) -> None:
+    """Walks by ``before`` newest first and by ``after`` oldest first read every row of ``oldest_first`` once, in order.
+
+    At each page size: only the first page (no cursor) is counted, and every
+    page but the last says ``has_more``.
+    """
+    for limit in limits:
+        for cursor, order, expected in (("before", "desc", oldest_first[::-1]), ("after", "asc", oldest_first)):
+            read, pages = walk_by_cursor(read_page, cursor=cursor, order=order, limit=limit)
+            assert read == expected, (cursor, limit)
+            assert [page.total for page in pages] == [len(oldest_first)] + [None] * (len(pages) - 1), (cursor, limit)
+            assert [page.has_more for page in pages] == [True] * (len(pages) - 1) + [False], (cursor, limit)
+
+
 def caught_not_found(call: Callable[[], Any]) -> tuple[str, str, dict[str, Any]]:
     """The NotFound ``call()`` raises, as (code, message, details): to compare two refusals."""
     with pytest.raises(NotFound) as caught:

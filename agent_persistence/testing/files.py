@@ -39,7 +39,7 @@ from ..models import Conversation, Message, StoredFile
 from ..scope import Scope
 from .actors import ALICE, Actors
 from .concurrency import run_in_threads
-from .family import FamilyContract, caught_not_found, frozen_clock, walk_by_cursor
+from .family import FamilyContract, caught_not_found, check_cursor_walks, frozen_clock
 
 SAVE_RACE_ROUNDS = 4
 SAVE_RACE_SAVERS = 5
@@ -471,14 +471,7 @@ class FileStoreContract(Actors, FamilyContract):
         oldest_first = [record.pk for record in self.files_with_ties(store, alice, conversation)]
         store.save(alice, conversation_id=self.conversation(alice).pk, content=b"x", name="elsewhere")
         read_page = functools.partial(store.list, alice, conversation.pk)
-        for limit in (1, 2, 4):
-            oldest, pages = walk_by_cursor(read_page, cursor="after", order="asc", limit=limit)
-            assert oldest == oldest_first, limit
-            assert [page.total for page in pages] == [6] + [None] * (len(pages) - 1), limit
-            assert [page.has_more for page in pages] == [True] * (len(pages) - 1) + [False], limit
-            newest, pages = walk_by_cursor(read_page, cursor="before", order="desc", limit=limit)
-            assert newest == oldest_first[::-1], limit
-            assert pages[-1].has_more is False and all(page.has_more for page in pages[:-1]), limit
+        check_cursor_walks(read_page, oldest_first)
 
     @pytest.mark.django_db
     def test_file_cursors_are_strict_by_created_at_then_id_whatever_the_order(self, store: Any, alice: Scope) -> None:

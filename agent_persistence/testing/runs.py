@@ -25,7 +25,7 @@ from ..models import Conversation, Run
 from ..scope import Scope
 from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_threads
-from .family import FamilyContract, caught_not_found, frozen_clock, record_of, walk_by_cursor
+from .family import FamilyContract, caught_not_found, check_cursor_walks, frozen_clock, record_of
 
 OWNER, READER, STRANGER = ALICE, BOB, MALLORY  # the owner, another user of her tenant, another tenant
 
@@ -264,14 +264,7 @@ class RunStoreContract(FamilyContract):
         oldest_first = [run.pk for run in self.runs_with_ties(store, conversation)]
         self.start_run(store, self.new_conversation())  # another conversation's run is never read
         read_page = functools.partial(store.list, OWNER, conversation.pk)
-        for limit in (1, 2, 4):
-            newest, pages = walk_by_cursor(read_page, cursor="before", order="desc", limit=limit)
-            assert newest == oldest_first[::-1], limit
-            assert [page.total for page in pages] == [6] + [None] * (len(pages) - 1), limit
-            assert [page.has_more for page in pages] == [True] * (len(pages) - 1) + [False], limit
-            oldest, pages = walk_by_cursor(read_page, cursor="after", order="asc", limit=limit)
-            assert oldest == oldest_first, limit
-            assert pages[-1].has_more is False and all(page.has_more for page in pages[:-1]), limit
+        check_cursor_walks(read_page, oldest_first)
 
     @pytest.mark.django_db
     def test_run_cursors_are_strict_by_started_at_then_id_whatever_the_order(self, store: Any) -> None:
