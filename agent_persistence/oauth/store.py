@@ -245,7 +245,7 @@ class IntegrationStore:
         ttl = float(app_settings.OAUTH_HTTP_TIMEOUT) + 5.0
         leases = lease_store()
         deadline = time.monotonic() + ttl * 2
-        while not leases.acquire(scope.tenant, key, holder, ttl=ttl).acquired:
+        while not _acquired(leases, scope.tenant, key, holder, ttl):
             if time.monotonic() > deadline:
                 raise Conflict("A refresh of these tokens is taking too long; retry.", code="refresh_busy", server=server)
             time.sleep(REFRESH_POLL_INTERVAL)
@@ -377,6 +377,21 @@ class IntegrationStore:
 def integration_store() -> IntegrationStore:
     """The integration store over the configured repository."""
     return IntegrationStore(get_store("OAUTH_REPOSITORY"))
+
+
+def _acquired(leases: Any, tenant: str, key: str, holder: str, ttl: float) -> bool:
+    """Whether ``holder`` took the refresh lease; a lease churned by other refreshers counts as busy.
+
+    Waiting refreshers take and drop the lease in quick turns (each finds the
+    tokens fresh and releases), so one acquire may lose every round it tries.
+    That is the lease being busy, not an error: the caller polls again.
+    """
+    try:
+        return leases.acquire(tenant, key, holder, ttl=ttl).acquired
+    except Conflict as exc:
+        if exc.code != "lease_contended":
+            raise
+        return False
 
 
 def refresh_lease_key(user: str, server: str) -> str:

@@ -14,6 +14,7 @@ from agent_persistence.models import McpIntegration
 from agent_persistence.oauth.exceptions import AuthorizationRequired, OAuthServerError
 from agent_persistence.oauth.tokens import aget_access_token, get_access_token, get_tokens
 from agent_persistence.scope import Scope
+from agent_persistence.stores.leases import MAX_ATTEMPTS, LeaseStore
 
 from .helpers import connect
 
@@ -104,6 +105,35 @@ def test_a_failing_refresh_is_a_clear_error_and_keeps_the_tokens(api, browser, u
     assert list(McpIntegration.objects.values()) == before
     for secret in oauth_server.issued:
         assert secret not in caplog.text and secret not in str(raised.value.as_dict())
+
+
+class ChurnedLeaseStore(LeaseStore):
+    """The real lease store, whose first rounds each lose to a write by another refresher.
+
+    Eight refreshers waiting on one lease take and drop it in quick turns, so
+    one acquire can lose every round it tries (``lease_contended``); the
+    first ``MAX_ATTEMPTS + 1`` rounds here lose, as they did in a CI run.
+    """
+
+    lost_rounds = 0
+
+    def _try_acquire(self, *args, **kwargs):
+        if ChurnedLeaseStore.lost_rounds <= MAX_ATTEMPTS:
+            ChurnedLeaseStore.lost_rounds += 1
+            return None
+        return super()._try_acquire(*args, **kwargs)
+
+
+@pytest.mark.django_db
+def test_a_refresh_waits_out_a_churned_lease_instead_of_failing(api, browser, user, oauth_server, settings):
+    connect(api, browser, oauth_server)
+    expire_soon()
+    ChurnedLeaseStore.lost_rounds = 0
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "LEASE_STORE": f"{__name__}.ChurnedLeaseStore"}
+    token = get_access_token(scope_of(user), "docs")
+    assert ChurnedLeaseStore.lost_rounds == MAX_ATTEMPTS + 1
+    assert oauth_server.token_calls["refresh_token"] == 1
+    assert McpIntegration.objects.get().access_token == token
 
 
 @pytest.mark.django_db(transaction=True)
