@@ -226,6 +226,67 @@ def paginate(queryset: Any, limit: int, offset: int, *, with_total: bool = True)
     return Page(items=items, total=total, limit=limit, offset=offset)
 
 
+@dataclass(frozen=True)
+class Statement:
+    """The SQL a queryset compiles to, kept with where each call's own values go.
+
+    Built by :func:`compile_statement` from a queryset whose variable values
+    are slots (unique stand-ins); :meth:`params` puts a call's values where the
+    slots were, in the form the backend was given them. Only SQL text is kept,
+    never a row, so nothing read through it can be stale.
+    """
+
+    sql: str
+    #: Per parameter: ``(slot name, form)`` for a slot, ``(None, constant)`` otherwise.
+    slots: tuple[tuple[str | None, Any], ...]
+
+    def params(self, values: dict[str, Any]) -> list[Any]:
+        bound = []
+        for name, form in self.slots:
+            if name is None:
+                bound.append(form)
+            elif form == "hex":
+                bound.append(values[name].hex)
+            elif form == "str":
+                bound.append(str(values[name]))
+            else:
+                bound.append(values[name])
+        return bound
+
+
+def statement_slots(*names: str, ids: Sequence[str] = ()) -> dict[str, Any]:
+    """Unique stand-ins for :func:`compile_statement`: text for ``names``, UUIDs for ``ids``."""
+    slots: dict[str, Any] = {name: f"ap-slot-{name}-{uuid.uuid4().hex}" for name in names}
+    slots.update((name, uuid.uuid4()) for name in ids)
+    return slots
+
+
+def compile_statement(queryset: Any, slots: dict[str, Any]) -> Statement:
+    """Compile ``queryset`` (built with the values of ``slots``) once, for :class:`Statement`.
+
+    A UUID slot is recognised in each form a backend is given one (the UUID
+    itself on PostgreSQL, its hex on SQLite). A slot compiled into the SQL text
+    rather than passed as a parameter could not be rebound, so it is refused.
+    """
+    forms: dict[Any, tuple[str, str]] = {}
+    for name, value in slots.items():
+        forms[value] = (name, "as-is")
+        if isinstance(value, uuid.UUID):
+            forms[value.hex] = (name, "hex")
+            forms[str(value)] = (name, "str")
+    sql, params = queryset.query.get_compiler(queryset.db).as_sql()
+    for value in forms:
+        if str(value) in sql or (isinstance(value, uuid.UUID) and value.hex in sql):
+            raise AssertionError(f"A slot was compiled into the SQL text: {sql}")
+    bound: list[tuple[str | None, Any]] = []
+    for param in params:
+        try:
+            bound.append(forms[param])
+        except (KeyError, TypeError):  # a constant (TypeError: unhashable)
+            bound.append((None, param))
+    return Statement(sql=sql, slots=tuple(bound))
+
+
 def past_cursor(key: str, lookup: str, cursor_key: Any, cursor_pk: uuid.UUID) -> Q:
     """``(key, id) < (cursor_key, cursor_pk)`` (``lookup="lt"``; ``"gt"``: ``>``), for an index on ``(..., key, id)``.
 
