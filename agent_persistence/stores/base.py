@@ -226,6 +226,29 @@ def paginate(queryset: Any, limit: int, offset: int, *, with_total: bool = True)
     return Page(items=items, total=total, limit=limit, offset=offset)
 
 
+def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on the default connection with its parameters sent apart from it; the rows it returns.
+
+    PostgreSQL: a psycopg cursor binding server-side, on Django's connection (so
+    in its transaction and under its ``prepare_threshold``: Django's default
+    prepares nothing by name, which transaction-mode poolers need), its errors
+    raised as Django's. Django's own cursor binds client-side: it would inline
+    a state or a recording of up to ``MAX_STATE_BYTES`` as a quoted literal for
+    the server to parse. Elsewhere, Django's cursor. ``sql`` must return rows
+    (``RETURNING``).
+    """
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
 @dataclass(frozen=True)
 class Statement:
     """The SQL a queryset compiles to, kept with where each call's own values go.

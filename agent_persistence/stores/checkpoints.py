@@ -24,7 +24,7 @@ from ..exceptions import Fenced, StorageLimit, Validation
 from ..models import AgentCheckpoint, TurnSupervision
 from ..scope import Scope
 from ..statuses import SupervisionStatus
-from .base import async_twin, lookup_id, parse_id, readable_conversation
+from .base import async_twin, execute_bound, lookup_id, parse_id, readable_conversation
 from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, upsert_unless_newer
 
 
@@ -92,9 +92,7 @@ def _save_in_one_statement(pk: uuid.UUID, values: dict[str, Any], epoch: int) ->
     )
     params = [values["saved_at"], pk, epoch, SupervisionStatus.RUNNING.value, pk]
     params += [checkpoint.get_field(name).get_db_prep_value(values[name], connection) for name in names]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone() is not None
+    return bool(execute_bound(sql, params))  # the state is bound, not inlined
 
 
 class CheckpointStore:

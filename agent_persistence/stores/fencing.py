@@ -27,7 +27,7 @@ from ..conf import app_settings
 from ..exceptions import Conflict, Fenced, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
-from .base import MAX_EPOCH, clean_datetime, lookup_id, parse_id, writable_conversation
+from .base import MAX_EPOCH, clean_datetime, execute_bound, lookup_id, parse_id, writable_conversation
 
 RUNNING = SupervisionStatus.RUNNING.value
 
@@ -248,9 +248,7 @@ def _upsert_chunk(model: Any, rows: list[dict[str, Any]]) -> set[uuid.UUID]:
     )
     preparers = [getattr(field, "target_field", None) or field for field in fields]
     params = [preparer.get_db_prep_value(row[name], connection) for row in rows for name, preparer in zip(names, preparers)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {as_uuid(value) for (value,) in cursor.fetchall()}
+    return {as_uuid(value) for (value,) in execute_bound(sql, params)}  # states and recordings are bound, not inlined
 
 
 # -- locks 1 and 2 of the turn's lock order (see stores.turns) ------------------------------------
