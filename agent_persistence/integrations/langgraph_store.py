@@ -47,6 +47,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..exceptions import Validation
 from ..models import GraphBlob, GraphCheckpoint, GraphWrite
+from ..stores.base import execute_bound
 from .base import turn_epoch
 
 if TYPE_CHECKING:
@@ -111,12 +112,7 @@ def _insert_in_one_statement(blobs: list[GraphBlob], row: GraphCheckpoint) -> No
         f"ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET {updates}"
     )
     params += [json.dumps(row.metadata) if column == "metadata" else getattr(row, column) for column in CHECKPOINT_COLUMNS]
-    import psycopg
-
-    connection.ensure_connection()
-    # A server-side-binding cursor: Django's client-side one would inline a 1 MB blob as hex text.
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params)
+    execute_bound(sql, params)  # bound server-side: Django's cursor would inline a 1 MB blob as hex text
 
 
 def _thread_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:

@@ -234,19 +234,19 @@ def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     prepares nothing by name, which transaction-mode poolers need), its errors
     raised as Django's. Django's own cursor binds client-side: it would inline
     a state or a recording of up to ``MAX_STATE_BYTES`` as a quoted literal for
-    the server to parse. Elsewhere, Django's cursor. ``sql`` must return rows
-    (``RETURNING``).
+    the server to parse. Elsewhere, Django's cursor. A statement that returns
+    no rows (no ``RETURNING``) gives ``[]``.
     """
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall()
+            return cursor.fetchall() if cursor.description else []
     import psycopg
 
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return cursor.fetchall() if cursor.description else []
 
 
 @dataclass(frozen=True)
