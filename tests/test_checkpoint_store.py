@@ -83,3 +83,77 @@ def test_a_save_bound_server_side_keeps_every_field_and_django_errors(settings: 
     assert store.load(conversation.pk) == {"n": 9}
     store.save(conversation.pk, {"n": 3}, epoch=claim.epoch)
     assert store.load(conversation.pk) == {"n": 3}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pipelined save: PostgreSQL")
+def test_a_save_outside_a_transaction_is_one_implicit_transaction_and_inside_one_a_savepoint(settings: Any) -> None:
+    """Outside a transaction the lock bound and the save go in one pipeline: a save stuck behind a
+    row lock fails within the bound, leaves the connection idle (nothing open, the bound gone);
+    inside a caller's transaction a failed save rolls back to its savepoint only."""
+    import psycopg
+
+    conversation = Conversation.objects.create(tenant=ALICE.tenant, owner=ALICE.user)
+    claim = SupervisionStore().claim(ALICE, conversation.pk, message_id=uuid.uuid4())
+    store = CheckpointStore()
+    store.save(conversation.pk, {"n": 1}, epoch=claim.epoch)
+    raw = connection.connection
+
+    def lock_timeout() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW lock_timeout")
+            return cursor.fetchone()[0]
+
+    default = lock_timeout()
+    assert raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "PRODUCER_LOCK_TIMEOUT": 0.2}
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                TurnSupervision.objects.select_for_update().get(pk=conversation.pk)
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        started = time.monotonic()
+        with pytest.raises(OperationalError):
+            store.save(conversation.pk, {"n": 2}, epoch=claim.epoch)
+        assert time.monotonic() - started < 5
+        assert raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, "the failed save left a transaction open"
+        assert lock_timeout() == default, "the save's lock bound outlived it"
+
+        with transaction.atomic():
+            Conversation.objects.filter(pk=conversation.pk).update(title="kept")
+            with pytest.raises(OperationalError):
+                store.save(conversation.pk, {"n": 3}, epoch=claim.epoch)
+            assert Conversation.objects.get(pk=conversation.pk).title == "kept"  # the caller's transaction still works
+    finally:
+        release.set()
+        holder.join(30)
+    assert Conversation.objects.get(pk=conversation.pk).title == "kept"
+    assert store.load(conversation.pk) == {"n": 1}
+    store.save(conversation.pk, {"n": 4}, epoch=claim.epoch)
+    assert store.load(conversation.pk) == {"n": 4}
+    assert lock_timeout() == default
+
+
+@pytest.mark.django_db
+def test_utf8_text_is_bound_as_text_on_every_backend() -> None:
+    """execute_bound sends Utf8Text's bytes as text (PostgreSQL checks they are UTF-8); elsewhere it decodes them."""
+    from django.db import DataError
+
+    from agent_persistence.stores.base import Utf8Text, execute_bound
+
+    text = 'é€😀 "quoted" \\ back'
+    assert execute_bound("SELECT %s", [Utf8Text(text.encode())]) == [(text,)]
+    if connection.vendor == "postgresql":
+        assert execute_bound("SELECT pg_typeof(%s)::text", [Utf8Text(b"x")]) == [("text",)]
+        with pytest.raises(DataError), transaction.atomic():  # not UTF-8: the server's refusal, as Django's error
+            execute_bound("SELECT %s", [Utf8Text(b"\xff")])

@@ -138,3 +138,94 @@ def test_check_accepts_ordinary_values_and_leaves_other_types_to_the_encoder() -
     json_policy.check({"a": [1, 2.5, True, None, "é😀"], 3: "int keys are the encoder's"}, "metadata")
     json_policy.check({"when": datetime.datetime(2026, 1, 1), "id": uuid.uuid4()}, "metadata")
     json_policy.check([[[]]] * 3, "content")
+
+
+def _nested(depth: int, leaf: Any = 1, *, in_dicts: bool = False) -> Any:
+    """``depth`` levels of lists (or of objects) around ``leaf``."""
+    value = leaf
+    for _ in range(depth):
+        value = {"k": value} if in_dicts else [value]
+    return value
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+class _Items(list):
+    pass
+
+
+def _outcome(call: Any) -> tuple[str, Any]:
+    try:
+        call()
+    except Validation as error:
+        return ("Validation", (str(error), error.code, error.details))
+    except Exception as error:  # noqa: BLE001 - the encoder's own refusal, compared by type
+        return ("error", type(error).__name__)
+    return ("ok", None)
+
+
+#: Values at and across every edge of the policy, including the ones orjson alone would let through
+#: (2**63 .. 2**64-1, NaN and infinities written as null, NUL written as an escape) or refuse for its own
+#: reasons (surrogates, its 254-level recursion limit).
+DUMPS_CASES: list[Any] = [
+    {"a": [1, 2.5, True, None, "é😀", ("t", -1)]},
+    {"nul": "a\x00b"},
+    {"key\x00": 1},
+    {"ok": "a backslash then u0000: \\u0000"},
+    {"\ud800": 1},
+    ["\udfff"],
+    [2**63 - 1, -(2**63)],
+    [2**63],
+    [2**64 - 1],
+    [2**64],
+    [-(2**63) - 1],
+    [float("nan")],
+    {"x": [float("inf")]},
+    [float("-inf")],
+    [_Text("sub\x00class")],
+    [_Text("\ud800")],
+    [_Number(2**63)],
+    [_Number(5)],
+    _Items([_Items([2**63])]),
+    _nested(63),
+    _nested(64),
+    _nested(65),
+    _nested(300),
+    _nested(64, in_dicts=True),
+    _nested(65, in_dicts=True),
+    _nested(63, 2**63),
+    {1: "int key", None: "none key"},
+    [{1, 2}],
+    [object()],
+]
+
+
+@pytest.mark.parametrize("value", DUMPS_CASES, ids=lambda value: repr(value)[:40])
+def test_dumps_applies_exactly_the_policy_then_orjson(value: Any) -> None:
+    """json_policy.dumps refuses what check() refuses, with the same error, and writes what orjson writes."""
+    import orjson
+
+    option = orjson.OPT_NON_STR_KEYS
+
+    def reference() -> bytes:
+        json_policy.check(value, "state")
+        return orjson.dumps(value, option=option)
+
+    expected, got = _outcome(reference), _outcome(lambda: json_policy.dumps(value, "state", option=option))
+    assert got == expected
+    if expected[0] == "ok":
+        assert json_policy.dumps(value, "state", option=option) == orjson.dumps(value, option=option)
+
+
+def test_dumps_follows_the_configured_depth(settings: Any) -> None:
+    settings.AGENT_PERSISTENCE = {**getattr(settings, "AGENT_PERSISTENCE", {}), "JSON_MAX_DEPTH": 3}
+    json_policy.dumps([[[]]], "state")
+    with pytest.raises(Validation) as caught:
+        json_policy.dumps([[[[]]]], "state")
+    assert caught.value.details["limit"] == 3

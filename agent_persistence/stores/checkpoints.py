@@ -24,30 +24,36 @@ from ..exceptions import Fenced, StorageLimit, Validation
 from ..models import AgentCheckpoint, TurnSupervision
 from ..scope import Scope
 from ..statuses import SupervisionStatus
-from .base import async_twin, execute_bound, lookup_id, parse_id, readable_conversation
-from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, upsert_unless_newer
+from .base import Utf8Text, async_twin, execute_bound, lookup_id, parse_id, readable_conversation
+from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, lock_wait_statement, upsert_unless_newer
 
 
 def encode_state(state: Any) -> tuple[str, int]:
-    """The state's JSON text, encoded once, and its size in UTF-8 bytes.
+    """The state's JSON text, encoded once, and its size in UTF-8 bytes (see :func:`encode_state_utf8`)."""
+    encoded = encode_state_utf8(state)
+    return encoded.decode(), len(encoded)
 
-    The JSON policy checks the value first (no NUL or lone surrogate, bounded
-    nesting, numbers in range); the text is what is stored and what a load
-    parses, so a load returns exactly what JSON round-tripping gives.
+
+def encode_state_utf8(state: Any) -> bytes:
+    """The state's JSON as UTF-8, encoded once.
+
+    The JSON policy applies (no NUL or lone surrogate, bounded nesting,
+    numbers in range: :func:`.json_policy.dumps`); the text is what is stored
+    and what a load parses, so a load returns exactly what JSON round-tripping
+    gives. Larger than ``MAX_STATE_BYTES`` is StorageLimit.
     """
     if not isinstance(state, dict):
         raise Validation("state must be a JSON object.", field="state")
-    json_policy.check(state, "state")
     try:
-        # orjson: the whole encoding in C, an order of magnitude faster than json.dumps on large states.
-        encoded = orjson.dumps(state, default=_encode_other, option=ORJSON_OPTIONS)
+        # orjson: the whole encoding in C, an order of magnitude faster than json.dumps on large states;
+        # the policy's walk then needs to see only numbers and nesting (json_policy.dumps).
+        encoded = json_policy.dumps(state, "state", default=_encode_other, option=ORJSON_OPTIONS)
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise Validation(f"state is not JSON: {exc}.", field="state") from None
-    text, size = encoded.decode(), len(encoded)
     limit = app_settings.MAX_STATE_BYTES
-    if size > limit:
-        raise StorageLimit(f"state is larger than {limit} bytes.", field="state", limit=limit, size=size)
-    return text, size
+    if len(encoded) > limit:
+        raise StorageLimit(f"state is larger than {limit} bytes.", field="state", limit=limit, size=len(encoded))
+    return encoded
 
 
 #: What json.dumps with Django's encoder would do: keys made text, dates and dataclasses left to that encoder.
@@ -65,14 +71,18 @@ def clean_state(state: Any) -> tuple[dict[str, Any], int]:
     return json.loads(text), size
 
 
-def _save_in_one_statement(pk: uuid.UUID, values: dict[str, Any], epoch: int) -> bool:
+def _save_in_one_statement(pk: uuid.UUID, encoded: bytes, values: dict[str, Any], epoch: int) -> bool:
     """PostgreSQL: the fence and the upsert as one statement; whether it wrote.
 
     ``WITH fence AS (UPDATE supervision ... RETURNING) INSERT ... SELECT FROM
     fence ON CONFLICT DO UPDATE ... WHERE stored epoch <= epoch``: the UPDATE
     locks the supervision row (lock 1 of the order) and stamps the heartbeat,
-    and nothing is written unless it matched a running row at ``epoch``. The
-    caller's transaction bounds its lock wait (``PRODUCER_LOCK_TIMEOUT``).
+    and nothing is written unless it matched a running row at ``epoch``. A
+    ``SET LOCAL lock_timeout`` run first bounds its lock wait
+    (``PRODUCER_LOCK_TIMEOUT``); outside a caller's transaction the two are one
+    round trip and one implicit transaction (:func:`.base.execute_bound`). The
+    state goes as the UTF-8 orjson wrote (:class:`.base.Utf8Text`), never
+    decoded to ``str`` and encoded again.
     """
     quote = connection.ops.quote_name
     checkpoint, supervision = AgentCheckpoint._meta, TurnSupervision._meta
@@ -90,9 +100,9 @@ def _save_in_one_statement(pk: uuid.UUID, values: dict[str, Any], epoch: int) ->
         + f" WHERE {table}.{quote(checkpoint.get_field('epoch').column)} <= excluded.{quote(checkpoint.get_field('epoch').column)}"
         f" RETURNING {id_column}"
     )
-    params = [values["saved_at"], pk, epoch, SupervisionStatus.RUNNING.value, pk]
-    params += [checkpoint.get_field(name).get_db_prep_value(values[name], connection) for name in names]
-    return bool(execute_bound(sql, params))  # the state is bound, not inlined
+    params = [values["saved_at"], pk, epoch, SupervisionStatus.RUNNING.value, pk, Utf8Text(encoded)]
+    params += [checkpoint.get_field(name).get_db_prep_value(values[name], connection) for name in names[1:]]
+    return bool(execute_bound(sql, params, first=lock_wait_statement()))  # the state is bound, not inlined
 
 
 class CheckpointStore:
@@ -124,20 +134,24 @@ class CheckpointStore:
         fence and the write are one statement.
         """
         pk = lookup_id(conversation_id)
-        text, size = encode_state(state)
+        encoded = encode_state_utf8(state)
         values = {
-            "state": text,
-            "size": size,
+            "size": len(encoded),
             "message_id": None if message_id is None else parse_id(message_id, "message_id"),
             "epoch": clean_lease_epoch(epoch),
             "saved_at": timezone.now(),
         }
+        if connection.vendor == "postgresql":
+            if connection.in_atomic_block:  # a savepoint: a failure leaves the caller's transaction usable
+                with transaction.atomic():
+                    wrote = _save_in_one_statement(pk, encoded, values, epoch)
+            else:
+                wrote = _save_in_one_statement(pk, encoded, values, epoch)
+            if not wrote:
+                raise Fenced(conversation_id=str(pk), epoch=epoch)
+            return
+        values["state"] = encoded.decode()
         with transaction.atomic():
-            limit_lock_wait()
-            if connection.vendor == "postgresql":
-                if not _save_in_one_statement(pk, values, epoch):
-                    raise Fenced(conversation_id=str(pk), epoch=epoch)
-                return
             fence(pk, epoch)
             if AgentCheckpoint.objects.filter(pk=pk, epoch__lte=epoch).update(**values):
                 return

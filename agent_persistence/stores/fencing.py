@@ -143,9 +143,13 @@ def limit_lock_wait() -> None:
     someone else keeps.
     """
     if connection.vendor == "postgresql" and connection.in_atomic_block:
-        milliseconds = max(1, int(app_settings.PRODUCER_LOCK_TIMEOUT * 1000))
         with connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+            cursor.execute(lock_wait_statement())
+
+
+def lock_wait_statement() -> str:
+    """The ``SET LOCAL`` that bounds a producer transaction's lock wait (PostgreSQL)."""
+    return f"SET LOCAL lock_timeout = {max(1, int(app_settings.PRODUCER_LOCK_TIMEOUT * 1000))}"
 
 
 def _stamp_heartbeats_waiting(pairs: list[tuple[uuid.UUID, int]], now: datetime) -> set[uuid.UUID]:
