@@ -86,10 +86,10 @@ def test_a_save_bound_server_side_keeps_every_field_and_django_errors(settings: 
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pipelined save: PostgreSQL")
-def test_a_save_outside_a_transaction_is_one_implicit_transaction_and_inside_one_a_savepoint(settings: Any) -> None:
-    """Outside a transaction the lock bound and the save go in one pipeline: a save stuck behind a
-    row lock fails within the bound, leaves the connection idle (nothing open, the bound gone);
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the lock bound of the one-statement save: PostgreSQL")
+def test_a_save_bounds_its_own_lock_wait_outside_a_transaction_and_is_a_savepoint_inside_one(settings: Any) -> None:
+    """The save's lock bound is part of its one statement: outside a transaction a save stuck behind
+    a row lock fails within the bound and leaves the connection idle (nothing open, the bound gone);
     inside a caller's transaction a failed save rolls back to its savepoint only."""
     import psycopg
 

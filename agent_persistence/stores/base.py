@@ -256,7 +256,7 @@ def _utf8_text_dumper() -> type:
     return Utf8TextDumper
 
 
-def execute_bound(sql: str, params: Sequence[Any], *, first: str | None = None) -> list[tuple[Any, ...]]:
+def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Run ``sql`` on the default connection with its parameters sent apart from it; the rows it returns.
 
     PostgreSQL: a psycopg cursor binding server-side, on Django's connection (so
@@ -264,40 +264,20 @@ def execute_bound(sql: str, params: Sequence[Any], *, first: str | None = None) 
     prepares nothing by name, which transaction-mode poolers need), its errors
     raised as Django's. Django's own cursor binds client-side: it would inline
     a state or a recording of up to ``MAX_STATE_BYTES`` as a quoted literal for
-    the server to parse. Elsewhere, Django's cursor. A statement that returns
-    no rows (no ``RETURNING``) gives ``[]``.
-
-    ``first`` is a statement without parameters run just before ``sql`` in the
-    same transaction (a ``SET LOCAL``). Outside a transaction (Django's
-    autocommit) on PostgreSQL the two go in one psycopg pipeline: one round
-    trip, and one implicit transaction that the server commits when both
-    succeed and rolls back when either fails, so no ``BEGIN`` / ``COMMIT``
-    round trips and nothing of ``first`` outlives the call. Inside a
-    transaction they are two statements of it. Elsewhere ``first`` is run
-    before ``sql`` on Django's cursor.
+    the server to parse. Elsewhere, Django's cursor (a :class:`Utf8Text`
+    decoded). A statement that returns no rows (no ``RETURNING``) gives ``[]``.
     """
     if connection.vendor != "postgresql":
         params = [param.data.decode() if isinstance(param, Utf8Text) else param for param in params]
         with connection.cursor() as cursor:
-            if first is not None:
-                cursor.execute(first)
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
     import psycopg
 
     connection.ensure_connection()
-    raw = connection.connection
-    pipelined = first is not None and connection.get_autocommit() and psycopg.Pipeline.is_supported()
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.adapters.register_dumper(Utf8Text, _utf8_text_dumper())
-        if pipelined:
-            with raw.pipeline():
-                cursor.execute(first)
-                cursor.execute(sql, params)
-        else:
-            if first is not None:
-                cursor.execute(first)
-            cursor.execute(sql, params)
+        cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
 

@@ -8,6 +8,7 @@ Saves are fenced by the producer's epoch; a state whose JSON is larger than
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Any
@@ -25,7 +26,7 @@ from ..models import AgentCheckpoint, TurnSupervision
 from ..scope import Scope
 from ..statuses import SupervisionStatus
 from .base import Utf8Text, async_twin, execute_bound, lookup_id, parse_id, readable_conversation
-from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, lock_wait_statement, upsert_unless_newer
+from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, lock_wait_milliseconds, upsert_unless_newer
 
 
 def encode_state(state: Any) -> tuple[str, int]:
@@ -74,35 +75,45 @@ def clean_state(state: Any) -> tuple[dict[str, Any], int]:
 def _save_in_one_statement(pk: uuid.UUID, encoded: bytes, values: dict[str, Any], epoch: int) -> bool:
     """PostgreSQL: the fence and the upsert as one statement; whether it wrote.
 
-    ``WITH fence AS (UPDATE supervision ... RETURNING) INSERT ... SELECT FROM
-    fence ON CONFLICT DO UPDATE ... WHERE stored epoch <= epoch``: the UPDATE
-    locks the supervision row (lock 1 of the order) and stamps the heartbeat,
-    and nothing is written unless it matched a running row at ``epoch``. A
-    ``SET LOCAL lock_timeout`` run first bounds its lock wait
-    (``PRODUCER_LOCK_TIMEOUT``); outside a caller's transaction the two are one
-    round trip and one implicit transaction (:func:`.base.execute_bound`). The
-    state goes as the UTF-8 orjson wrote (:class:`.base.Utf8Text`), never
-    decoded to ``str`` and encoded again.
+    ``WITH bound AS (SELECT set_config('lock_timeout', ..., true)), fence AS
+    (UPDATE supervision ... AND EXISTS (SELECT FROM bound) RETURNING) INSERT
+    ... SELECT FROM fence ON CONFLICT DO UPDATE ... WHERE stored epoch <=
+    epoch``: the UPDATE locks the supervision row (lock 1 of the order) and
+    stamps the heartbeat, and nothing is written unless it matched a running
+    row at ``epoch``. ``bound`` is ``SET LOCAL lock_timeout``
+    (``PRODUCER_LOCK_TIMEOUT``) inside the statement: the fence's one-time
+    filter runs it before any row is locked, so every lock wait of the
+    statement is bounded without a round trip of its own, and it ends with the
+    transaction (the statement's own, in autocommit). The state goes as the
+    UTF-8 orjson wrote (:class:`.base.Utf8Text`), never decoded to ``str`` and
+    encoded again.
     """
+    # PostgreSQL's adapters take these values as they are (what Django's get_db_prep_value gives there).
+    params = [str(lock_wait_milliseconds()), values["saved_at"], pk, epoch, SupervisionStatus.RUNNING.value,
+              pk, Utf8Text(encoded), values["size"], values["message_id"], values["epoch"], values["saved_at"]]
+    return bool(execute_bound(_save_sql(), params))  # the state is bound, not inlined
+
+
+@functools.cache
+def _save_sql() -> str:
+    """The statement of :func:`_save_in_one_statement` (built once: it depends only on the models)."""
     quote = connection.ops.quote_name
     checkpoint, supervision = AgentCheckpoint._meta, TurnSupervision._meta
     table, fence_table = quote(checkpoint.db_table), quote(supervision.db_table)
-    names = ["state", "size", "message_id", "epoch", "saved_at"]
-    columns = [quote(checkpoint.get_field(name).column) for name in names]
+    columns = [quote(checkpoint.get_field(name).column) for name in ("state", "size", "message_id", "epoch", "saved_at")]
     id_column = quote(checkpoint.get_field("conversation").column)
-    sql = (
-        f"WITH fence AS (UPDATE {fence_table} SET {quote(supervision.get_field('heartbeat_at').column)} = %s "
+    epoch_column = quote(checkpoint.get_field("epoch").column)
+    return (
+        # set_config(..., true) is SET LOCAL; the fence's one-time filter runs it before any row is locked.
+        "WITH bound AS (SELECT set_config('lock_timeout', %s, true)), "
+        f"fence AS (UPDATE {fence_table} SET {quote(supervision.get_field('heartbeat_at').column)} = %s "
         f"WHERE {quote(supervision.get_field('conversation').column)} = %s AND {quote(supervision.get_field('epoch').column)} = %s "
-        f"AND {quote(supervision.get_field('status').column)} = %s RETURNING 1) "
+        f"AND {quote(supervision.get_field('status').column)} = %s AND EXISTS (SELECT FROM bound) RETURNING 1) "
         f"INSERT INTO {table} ({id_column}, {', '.join(columns)}) SELECT %s, {', '.join(['%s'] * len(columns))} FROM fence "
         f"ON CONFLICT ({id_column}) DO UPDATE SET "
         + ", ".join(f"{column} = excluded.{column}" for column in columns)
-        + f" WHERE {table}.{quote(checkpoint.get_field('epoch').column)} <= excluded.{quote(checkpoint.get_field('epoch').column)}"
-        f" RETURNING {id_column}"
+        + f" WHERE {table}.{epoch_column} <= excluded.{epoch_column} RETURNING {id_column}"
     )
-    params = [values["saved_at"], pk, epoch, SupervisionStatus.RUNNING.value, pk, Utf8Text(encoded)]
-    params += [checkpoint.get_field(name).get_db_prep_value(values[name], connection) for name in names[1:]]
-    return bool(execute_bound(sql, params, first=lock_wait_statement()))  # the state is bound, not inlined
 
 
 class CheckpointStore:

@@ -144,12 +144,12 @@ def limit_lock_wait() -> None:
     """
     if connection.vendor == "postgresql" and connection.in_atomic_block:
         with connection.cursor() as cursor:
-            cursor.execute(lock_wait_statement())
+            cursor.execute(f"SET LOCAL lock_timeout = {lock_wait_milliseconds()}")
 
 
-def lock_wait_statement() -> str:
-    """The ``SET LOCAL`` that bounds a producer transaction's lock wait (PostgreSQL)."""
-    return f"SET LOCAL lock_timeout = {max(1, int(app_settings.PRODUCER_LOCK_TIMEOUT * 1000))}"
+def lock_wait_milliseconds() -> int:
+    """``PRODUCER_LOCK_TIMEOUT`` in whole milliseconds (at least 1: 0 would mean no bound)."""
+    return max(1, int(app_settings.PRODUCER_LOCK_TIMEOUT * 1000))
 
 
 def _stamp_heartbeats_waiting(pairs: list[tuple[uuid.UUID, int]], now: datetime) -> set[uuid.UUID]:
