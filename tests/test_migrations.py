@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 from io import StringIO
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
+from django.db import connection
 
 
 @pytest.mark.django_db
@@ -44,3 +47,18 @@ def test_a_bad_setting_is_a_system_check_error_with_a_stable_id() -> None:
         with override_settings(AGENT_PERSISTENCE={**base, **overrides}):
             assert check_id in [message.id for message in check_settings()], check_id
     assert check_settings() == []
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="column compression: PostgreSQL")
+def test_values_written_whole_are_compressed_with_lz4() -> None:
+    """Migration 0010: checkpoint states, recordings and LangGraph blobs use lz4 (the test server has it)."""
+    migration = importlib.import_module("agent_persistence.migrations.0010_lz4_compression")
+    for model_name, field_name in migration.COLUMNS:
+        meta = apps.get_model("agent_persistence", model_name)._meta
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT attcompression FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+                [meta.db_table, meta.get_field(field_name).column],
+            )
+            assert cursor.fetchone() == ("l",), (model_name, field_name)
