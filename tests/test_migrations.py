@@ -52,9 +52,9 @@ def test_a_bad_setting_is_a_system_check_error_with_a_stable_id() -> None:
 @pytest.mark.django_db
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="column compression: PostgreSQL")
 def test_values_written_whole_are_compressed_with_lz4() -> None:
-    """Migration 0010: checkpoint states, recordings and LangGraph blobs use lz4 (the test server has it)."""
+    """Migrations 0003 and 0010: checkpoint states, recordings and LangGraph blobs use lz4 (the test server has it)."""
     migration = importlib.import_module("agent_persistence.migrations.0010_lz4_compression")
-    for model_name, field_name in migration.COLUMNS:
+    for model_name, field_name in [("agentcheckpoint", "state"), *migration.COLUMNS]:
         meta = apps.get_model("agent_persistence", model_name)._meta
         with connection.cursor() as cursor:
             cursor.execute(
