@@ -1,4 +1,4 @@
-"""What every store shares: pages, async twins, input cleaning and conversation access.
+"""What every store shares: pages, compiled statements and the rows they read, async twins, input cleaning and conversation access.
 
 Stores are sync and open their own ``transaction.atomic()`` blocks; each async
 twin (``aget`` for ``get``) is a thin ``sync_to_async`` wrapper, as Django's
