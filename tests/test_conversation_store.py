@@ -74,3 +74,101 @@ def test_a_slot_compiled_into_the_sql_text_is_refused():
     queryset = Message.objects.filter(pk__in=RawSQL(f"SELECT id FROM agent_persistence_message WHERE '{slots['user']}' = ''", []))
     with pytest.raises(AssertionError, match="compiled into the SQL text"):
         compile_statement(queryset, slots)
+
+
+def assert_same_instance(read: Message, loaded: Message) -> None:
+    """The same attributes in the same order, equal and of the same types (times: the same tzinfo), the same state."""
+    fields = {key: value for key, value in read.__dict__.items() if key != "_state"}
+    expected = {key: value for key, value in loaded.__dict__.items() if key != "_state"}
+    assert list(fields) == list(expected)
+    for key, value in expected.items():
+        assert fields[key] == value and type(fields[key]) is type(value), key
+        if key.endswith("_at"):
+            assert fields[key].tzinfo is value.tzinfo, key
+    assert (read._state.db, read._state.adding) == (loaded._state.db, loaded._state.adding) == ("default", False)
+
+
+HOSTILE_CONTENTS = [
+    "plain text, the usual content",
+    [{"type": "text", "text": "é😀 \u2028 \\ \" 1234567890123456789012"}],
+    {"n": [2**63 - 1, -(2**63), 0, -0.0, 0.1, 1e300, 5e-324, 1.7976931348623157e308]},
+    {"deep": [[[[[[[[{"k": None}]]]]]]]]},
+    ["[", "{", "\t\n", True, False, None],
+    None,
+]
+
+
+@pytest.mark.django_db
+def test_an_uncounted_page_reads_the_instances_the_orm_reads():
+    """read_models (Django's converters, the JSON decode, the plain builder) gives what Message.objects gives."""
+    from agent_persistence.ids import uuid7
+    from agent_persistence.stores import run_store
+
+    store = ConversationStore()
+    conversation = store.create(OWNER)
+    run = run_store().create_or_resume(OWNER, conversation.pk, id=uuid7(), message_id=uuid7())
+    first = store.append_message(OWNER, conversation.pk, role="user", content="first")
+    for index, content in enumerate(HOSTILE_CONTENTS):
+        store.append_message(
+            OWNER,
+            conversation.pk,
+            role="assistant",
+            content=content,
+            name="helper" if index % 2 else None,
+            tool_call_id="call_1" if index % 2 else None,
+            tool_calls=[{"id": "call_1", "arguments": '{"q": 18446744073709551616}'}] if index % 2 else None,
+            files=[{"id": "f1"}] if index % 3 == 0 else None,
+            metadata={"pinned": True, "n": 2**63 - 1} if index % 2 else None,
+            usage={"tokens": index} if index % 2 else None,
+            run_id=run.id if index % 2 else None,
+        )
+    last = store.append_message(OWNER, conversation.pk, role="user", content="last")
+    for order, cursor in (("asc", {"after": first.pk, "before": last.pk}), ("desc", {"before": last.pk, "after": first.pk})):
+        page = store.list_messages(OWNER, conversation.pk, order=order, limit=100, **cursor)
+        assert page.total is None and not page.has_more and len(page.items) == len(HOSTILE_CONTENTS)
+        for read in page.items:
+            assert_same_instance(read, Message.objects.get(pk=read.pk))
+
+
+@pytest.mark.django_db
+def test_a_page_is_built_by_from_db_when_a_receiver_listens_to_post_init():
+    """With a post_init receiver for Message the rows go through Model.from_db, so the receiver sees each one."""
+    from django.db.models.signals import post_init
+
+    store = ConversationStore()
+    conversation = store.create(OWNER)
+    first = store.append_message(OWNER, conversation.pk, role="user", content="first")
+    for n in range(3):
+        store.append_message(OWNER, conversation.pk, role="user", content=n)
+    seen: list[Message] = []
+
+    def receiver(sender: type, instance: Message, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Message)
+    try:
+        page = store.list_messages(OWNER, conversation.pk, after=first.pk)
+    finally:
+        post_init.disconnect(receiver, sender=Message)
+    assert [m.content for m in page.items] == [0, 1, 2]
+    assert seen == page.items and all(a is b for a, b in zip(seen, page.items))
+    for read in page.items:
+        assert_same_instance(read, Message.objects.get(pk=read.pk))
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's session time zone")
+def test_a_page_read_in_another_session_time_zone_keeps_djangos_time_loader():
+    """Only a UTC session reads times with psycopg's own loader; any other keeps Django's, so the page reads as the ORM does."""
+    from django.db import transaction
+
+    store = ConversationStore()
+    conversation = store.create(OWNER)
+    first = store.append_message(OWNER, conversation.pk, role="user", content="first")
+    store.append_message(OWNER, conversation.pk, role="user", content="second")
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL TIME ZONE 'Asia/Kolkata'")
+        (read,) = store.list_messages(OWNER, conversation.pk, after=first.pk).items
+        loaded = Message.objects.get(pk=read.pk)
+    assert_same_instance(read, loaded)

@@ -229,3 +229,169 @@ def test_dumps_follows_the_configured_depth(settings: Any) -> None:
     with pytest.raises(Validation) as caught:
         json_policy.dumps([[[[]]]], "state")
     assert caught.value.details["limit"] == 3
+
+
+# -- loads: json.loads, decoded by orjson where that is equal ---------------------------------
+
+
+def decoded(loader: Any, text: Any) -> tuple[str, Any]:
+    """What ``loader(text)`` gives, or the type of what it raises."""
+    try:
+        return "value", loader(text)
+    except Exception as error:  # noqa: BLE001 - the exception type is what is compared
+        return "raises", type(error)
+
+
+def assert_identical(left: Any, right: Any) -> None:
+    """Equal, of the same types all the way down (``1 == 1.0`` and ``0.0 == -0.0`` are not enough)."""
+    import math
+
+    assert type(left) is type(right), (left, right)
+    if isinstance(left, float):
+        assert left == right or (math.isnan(left) and math.isnan(right)), (left, right)
+        assert math.copysign(1, left) == math.copysign(1, right), (left, right)
+    elif isinstance(left, dict):
+        assert list(left) == list(right)
+        for key in left:
+            assert_identical(left[key], right[key])
+    elif isinstance(left, list):
+        assert len(left) == len(right)
+        for left_item, right_item in zip(left, right):
+            assert_identical(left_item, right_item)
+    else:
+        assert left == right
+
+
+def assert_loads_as_json_does(text: Any) -> None:
+    import json
+
+    ours, theirs = decoded(json_policy.loads, text), decoded(json.loads, text)
+    assert ours[0] == theirs[0], (text[:80], ours, theirs)
+    if ours[0] == "raises":
+        assert ours[1] is theirs[1], (text[:80], ours, theirs)
+    else:
+        assert_identical(ours[1], theirs[1])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Integers at and past the 64-bit bounds, which orjson would read as floats.
+        *(str(n) for k in (53, 63, 64, 65) for n in (2**k - 1, 2**k, 2**k + 1, -(2**k) - 1, -(2**k), -(2**k) + 1)),
+        "9999999999999999999",
+        "-9999999999999999999",
+        "1" + "0" * 300,  # jsonb's text for the float 1e300: an integer literal, read as an int
+        '{"usage": {"tokens": 18446744073709551616}, "note": "short"}',
+        '[1, 2, "a string of 19 digits 1234567890123456789 only costs the slow read"]',
+        "-0",
+        "-0.0",
+        "0." + "0" * 320 + "1",  # jsonb's text for 1e-321, a subnormal
+        "1e400",
+        "-1e400",
+        "1e-400",
+        "1.7976931348623157e308",
+        "4.9e-324",
+        "2.2250738585072011e-308",
+        "1.00000000000000011102230246251565404236316680908203125",  # halfway: ties to even
+        "1.000000000000000111022302462515654042363166809082031250001",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        '{"n": [NaN]}',
+        # Strings: escapes, surrogate pairs, lone surrogates (escaped and raw), NUL, controls.
+        '"\\ud83d\\ude00 \\u00e9 \\/ \\" \\\\ \\b\\f\\n\\r\\t"',
+        '"\\ud800"',
+        '{"\\udfff": 1}',
+        '"\ud800"',
+        '"\\u0000"',
+        '{"nul\\u0000key": "\\u0000"}',
+        '"\x01"',
+        '"é😀"',
+        # Nesting: the policy's limit, and past orjson's (1,024: both raise RecursionError).
+        "[" * 64 + "]" * 64,
+        '{"a":' * 64 + "1" + "}" * 64,
+        "[" * 1025 + "]" * 1025,
+        "[" * 100_000 + "]" * 100_000,
+        # Not JSON at all.
+        "",
+        " ",
+        "{",
+        "[1,]",
+        "{'a': 1}",
+        "\ufeff{}",
+        "01",
+        "1.",
+        '{"a": 1} x',
+        # Duplicate keys (the last wins), whitespace, key order.
+        '{"a": 1, "a": 2}',
+        ' \n{ "b" : [ 1 , 2 ] , "a" : null } \t',
+        '{"z": 1, "a": 2, "m": 3}',
+    ],
+)
+def test_loads_gives_what_json_loads_gives(text: str) -> None:
+    assert_loads_as_json_does(text)
+
+
+def test_loads_reads_nesting_that_exhausts_json_loads_recursion_up_to_1024_levels() -> None:
+    """The one difference left, past the policy: json.loads runs out of stack, loads gives the value."""
+    import json
+
+    text = "[" * 1024 + "]" * 1024
+    with pytest.raises(RecursionError):
+        json.loads(text)
+    value = json_policy.loads(text)
+    for _ in range(1023):
+        (value,) = value
+    assert value == []
+
+
+def test_loads_takes_bytes_and_what_is_not_text_as_json_loads_does() -> None:
+    for text in (b'{"a": [1, 2.5]}', bytearray(b"[18446744073709551616]"), b"\xff", None, 12):
+        assert_loads_as_json_does(text)
+
+
+def test_loads_reads_floats_as_json_loads_does() -> None:
+    """Random doubles in every text form, random decimals with exponents, and the halfway points between doubles."""
+    import math
+    import random
+    import struct
+    from decimal import Decimal, localcontext
+
+    chooser = random.Random(20261201)
+    for _ in range(5_000):
+        number = struct.unpack("d", struct.pack("Q", chooser.getrandbits(64)))[0]
+        if not math.isfinite(number):
+            continue
+        for text in (repr(number), f"{number:.17g}", f"{number:.25e}", f"{number:.20g}", format(Decimal(number), "f")):
+            assert_loads_as_json_does(text)
+        following = math.nextafter(abs(number), math.inf)
+        if number and math.isfinite(following):
+            with localcontext() as context:
+                context.prec = 800
+                halfway = (Decimal(abs(number)) + Decimal(following)) / 2
+            assert_loads_as_json_does(format(halfway, "e"))
+    for _ in range(5_000):
+        digits = "".join(chooser.choice("0123456789") for _ in range(chooser.randint(1, 40)))
+        point = chooser.randint(1, len(digits))
+        whole = digits[:point].lstrip("0") or "0"
+        text = f"{chooser.choice(['', '-'])}{whole}.{digits[point:] or '0'}e{chooser.randint(-340, 340)}"
+        assert_loads_as_json_does(text)
+        assert_loads_as_json_does(f'{{"x": [{text}, "{digits}"]}}')
+
+
+def test_loads_reads_what_the_stores_write_as_json_loads_does() -> None:
+    """Values the policy admits, through the encoder the stores use: the same values back."""
+    import json
+
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    values = [
+        {"role": "tool", "content": [{"type": "text", "text": "é😀 \u2028"}], "n": [2**63 - 1, -(2**63), 0.1, 1e300, 5e-324]},
+        ["x" * 10_000, {"deep": [[[[{"k": None}]]]]}, True, False],
+        "a plain string, the usual content",
+        {},
+    ]
+    for value in values:
+        json_policy.check(value, "content")
+        for text in (json.dumps(value, cls=DjangoJSONEncoder), json.dumps(value, ensure_ascii=False)):
+            assert_loads_as_json_does(text)

@@ -53,6 +53,7 @@ from .base import (
     may_read,
     paginate,
     parse_id,
+    read_models,
     readable_conversation,
     statement_slots,
     writable_conversation,
@@ -725,7 +726,7 @@ class ConversationStore:
         else:
             alias = Message.objects.db
             statement = message_page_statement(alias, ordering, "before" in values, "after" in values, offset, limit)
-            rows = list(Message.objects.raw(statement.sql, statement.params(values), using=alias))
+            rows = read_models(Message, statement, values, alias)
             page = Page(items=rows[:limit], total=None, limit=limit, offset=offset, has_more=len(rows) > limit)
             if page.items:
                 return page
