@@ -29,6 +29,9 @@ THREAD_PREFIX = "bench-checkpoints-"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ops", type=int, default=100, help="saves and loads per size and side (default 100)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per size (default 2)")
+    parser.add_argument("--prepare-threshold", type=int, default=None, metavar="N",
+                        help="the store's connection prepares statements by name after N runs, as psycopg's "
+                             "prepare_threshold (default: Django's, nothing prepared; langgraph's connection uses 0)")
 
 
 def blob(size: int) -> dict[str, Any]:
@@ -100,6 +103,13 @@ class LangGraph:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     ensure_database(FULL_DATABASE)
+    if args.prepare_threshold is not None:
+        from django.db import connection
+
+        connection.close()
+        if getattr(connection, "pool", None) is not None:
+            connection.close_pool()  # Django's pool keeps the options it was made with
+        connection.settings_dict.setdefault("OPTIONS", {})["prepare_threshold"] = args.prepare_threshold
     import psycopg
     from psycopg.rows import dict_row
 
@@ -143,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         cleanup(lg_connection)
         lg_connection.close()
+    from django.db import connection
+
+    threshold = connection.connection.prepare_threshold  # the store's connection, as it ran
+    facts.append(("prepared statements", f"the store's by name after {threshold} runs" if threshold is not None
+                  else "the store's never (Django's default); langgraph's after 0 runs"))
     facts.append(("took", f"{time.monotonic() - started:.0f} s"))
     print(format_facts(facts))
     print()
