@@ -5,8 +5,8 @@ applies each update at most once and in order:
 
 - the in-process :data:`hub`: producers run on the process's producer loop,
   consumers on the server's loop; the hub hands each update to every
-  subscribed consumer with ``loop.call_soon_threadsafe`` (the in-memory
-  channel layer is not safe across loops). Hub updates carry the whole
+  subscribed consumer with ``loop.call_soon_threadsafe``, once per loop for
+  all that waits (the in-memory channel layer is not safe across loops). Hub updates carry the whole
   cumulative text (a reference, not a copy), so a follower never sees a gap.
 - the channel layer, when it spans processes (any layer but
   ``InMemoryChannelLayer``, e.g. channels-redis): one sender task per event
@@ -84,11 +84,19 @@ class Subscription:
 
 
 class Hub:
-    """Thread-safe in-process fan-out of updates to the consumers of each conversation."""
+    """Thread-safe in-process fan-out of updates to the consumers of each conversation.
+
+    What is published for the consumers of one loop waits in that loop's
+    pending list, which one ``call_soon_threadsafe`` hands over: a producer
+    loop that publishes the updates of hundreds of turns while the server's
+    loop is busy wakes it once, not once per update, and each consumer still
+    gets its updates in the order they were published.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscriptions: dict[uuid.UUID, list[Subscription]] = {}
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[Subscription, Payload]]] = {}
 
     def subscribe(self, conversation_id: uuid.UUID, callback: Callable[[Payload], None]) -> Subscription:
         """Call ``callback`` on the caller's loop with every update of the conversation."""
@@ -106,13 +114,32 @@ class Hub:
                 self._subscriptions.pop(subscription.conversation_id, None)
 
     def publish(self, conversation_id: uuid.UUID, payload: Payload) -> None:
+        woken: list[asyncio.AbstractEventLoop] = []
         with self._lock:
-            subscriptions = list(self._subscriptions.get(conversation_id, ()))
-        for subscription in subscriptions:
+            for subscription in self._subscriptions.get(conversation_id, ()):
+                pending = self._pending.get(subscription.loop)
+                if pending is None:
+                    pending = self._pending[subscription.loop] = []
+                    woken.append(subscription.loop)
+                pending.append((subscription, payload))
+        for loop in woken:
             try:
-                subscription.loop.call_soon_threadsafe(subscription.callback, payload)
-            except RuntimeError:  # that consumer's loop is closed: it is gone
-                self.unsubscribe(subscription)
+                loop.call_soon_threadsafe(self._deliver, loop)
+            except RuntimeError:  # that loop is closed: its consumers are gone
+                with self._lock:
+                    gone = self._pending.pop(loop, [])
+                for subscription, _ in gone:
+                    self.unsubscribe(subscription)
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: hand its consumers what was published for them since the last call."""
+        with self._lock:
+            pending = self._pending.pop(loop, [])
+        for subscription, payload in pending:
+            try:
+                subscription.callback(payload)
+            except Exception:  # noqa: BLE001 - one consumer's failure is not another's
+                logger.exception("A consumer of conversation %s failed on an update.", subscription.conversation_id)
 
     def count(self, conversation_id: uuid.UUID | None = None) -> int:
         """Subscriptions of the conversation (of every conversation when None)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -145,3 +146,31 @@ async def test_after_a_failed_send_the_next_message_carries_the_whole_text_and_t
     ((update,),) = [message["updates"]]
     assert group == RELAYS_GROUP and message["sequence"] == 1
     assert update["payload"]["offset"] == 0 and update["payload"]["text"] == "Hello"
+
+
+async def test_the_hub_wakes_a_busy_loop_once_for_what_waits_and_keeps_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,000 updates of 10 conversations, published from another thread (a producer loop) while this loop is busy:
+    one call_soon_threadsafe hands them all over, and each consumer gets its own in order."""
+    hub = delivery.Hub()
+    conversations = [uuid.uuid4() for _ in range(10)]
+    received: dict[uuid.UUID, list[int]] = {conversation_id: [] for conversation_id in conversations}
+    for conversation_id in conversations:
+        hub.subscribe(conversation_id, lambda payload, conversation_id=conversation_id: received[conversation_id].append(payload["n"]))
+    loop = asyncio.get_running_loop()
+    wakes = []
+    real = loop.call_soon_threadsafe
+    monkeypatch.setattr(loop, "call_soon_threadsafe", lambda *args: (wakes.append(args), real(*args))[1])
+
+    def produce() -> None:
+        for n in range(1000):
+            hub.publish(conversations[n % 10], {"n": n})
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    producer.join()  # this loop is busy meanwhile: it runs nothing until the thread is done
+    await asyncio.sleep(0.05)
+    assert len(wakes) == 1
+    assert all(received[conversation_id] == list(range(i, 1000, 10)) for i, conversation_id in enumerate(conversations))
+    hub.publish(conversations[0], {"n": 1000})  # a later update wakes it again
+    await asyncio.sleep(0.05)
+    assert len(wakes) == 2 and received[conversations[0]][-1] == 1000
