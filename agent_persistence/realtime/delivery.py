@@ -474,7 +474,9 @@ class Relay:
         for update in message["updates"]:
             conversation_id = uuid.UUID(update["conversation_id"])
             if conversation_id in followers:
-                hub.publish(conversation_id, update["payload"])
+                payload = update["payload"]
+                payload["relayed"] = True  # from another process (followers tell it from their own producers')
+                hub.publish(conversation_id, payload)
         if lost:
             self.losses += 1
             logger.info("The relay missed a message of the channel layer: the followers of this process read the turn.")

@@ -191,6 +191,7 @@ async def test_a_conversation_followed_while_the_relay_is_up_is_covered_at_once_
         assert [payload["text"] for payload in received[second]] == ["Hi"]
         assert [payload["text"] for payload in received[first] if payload["kind"] == "delta"] == ["Yo"]
         assert received[unfollowed] == []  # a hub subscriber, but no socket of this relay follows it
+        assert all(payload["relayed"] for payload in received[second])  # followers tell them from their own producers'
     finally:
         for subscription in subscriptions:
             hub.unsubscribe(subscription)
