@@ -157,7 +157,7 @@ class GroupSender:
 
     A flush takes every update queued since the previous one (under load the
     queue grows while a send is in flight, so flushes grow rather than fall
-    behind), merges each producer's consecutive deltas (:func:`merge_updates`)
+    behind; flushes start at least :data:`FLUSH_GAP` apart), merges each producer's consecutive deltas (:func:`merge_updates`)
     and sends them all, whatever their conversations, as one message to
     :data:`.groups.RELAYS_GROUP` (several, one after another, when the flush
     exceeds :data:`MAX_BATCH_UPDATES` updates or :data:`MAX_BATCH_TEXT`
@@ -192,6 +192,7 @@ class GroupSender:
         layer = get_channel_layer()
         while True:
             batch = [await self.queue.get()]
+            began = time.monotonic()
             while not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             failures = await self.flush(layer, merge_updates(batch))
@@ -201,6 +202,8 @@ class GroupSender:
                 self.trouble.failed(failures[0][1])
             else:
                 self.trouble.cleared()
+            # Each flush costs every relay a receive; updates that come meanwhile wait for the next one.
+            await asyncio.sleep(max(0.0, began + FLUSH_GAP - time.monotonic()))
 
     async def flush(self, layer: Any, updates: list[tuple[str, dict[str, Any]]]) -> list[tuple[dict[str, Any], BaseException]]:
         """Send one flush's updates (in order) to every relay, then its seals to their groups; what failed."""
@@ -227,6 +230,8 @@ class GroupSender:
             self.published.pop(key, None)
 
 
+#: Seconds from the start of one flush of a sender to the start of its next, at least.
+FLUSH_GAP = 0.01
 #: Updates in one message to the relays at most (a larger flush is split, the parts sent in order).
 MAX_BATCH_UPDATES = 500
 #: Characters of delta text in one message to the relays at most (an update larger than that goes alone).

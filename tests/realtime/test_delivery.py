@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -174,3 +175,20 @@ async def test_the_hub_wakes_a_busy_loop_once_for_what_waits_and_keeps_the_order
     hub.publish(conversations[0], {"n": 1000})  # a later update wakes it again
     await asyncio.sleep(0.05)
     assert len(wakes) == 2 and received[conversations[0]][-1] == 1000
+
+
+async def test_flushes_start_at_least_a_flush_gap_apart_and_lose_nothing(layer: RecordingLayer) -> None:
+    """A producer streaming every millisecond for 0.5 s: at most one message per FLUSH_GAP (10 ms), the whole text."""
+    conversation_id, message_id, run_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    text = ""
+    began = time.monotonic()
+    index = 0
+    while time.monotonic() - began < 0.5:
+        index += 1
+        text += f"{index};"
+        delivery.on_stream(StreamUpdate(conversation_id, message_id, run_id, 1, index, text, None))
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.1)
+    assert len(batches(layer)) <= 0.6 / delivery.FLUSH_GAP + 2, len(batches(layer))
+    payloads = relayed_payloads(layer)
+    assert "".join(payload["text"] for payload in payloads) == text and payloads[-1]["index"] == index
