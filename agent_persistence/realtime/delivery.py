@@ -115,8 +115,13 @@ class Hub:
 
     def publish(self, conversation_id: uuid.UUID, payload: Payload) -> None:
         woken: list[asyncio.AbstractEventLoop] = []
+        gone: list[Subscription] = []
         with self._lock:
             for subscription in self._subscriptions.get(conversation_id, ()):
+                if subscription.loop.is_closed():  # its consumer is gone (also when a delivery was pending)
+                    self._pending.pop(subscription.loop, None)
+                    gone.append(subscription)
+                    continue
                 pending = self._pending.get(subscription.loop)
                 if pending is None:
                     pending = self._pending[subscription.loop] = []
@@ -125,11 +130,11 @@ class Hub:
         for loop in woken:
             try:
                 loop.call_soon_threadsafe(self._deliver, loop)
-            except RuntimeError:  # that loop is closed: its consumers are gone
+            except RuntimeError:  # that loop closed just now: its consumers are gone
                 with self._lock:
-                    gone = self._pending.pop(loop, [])
-                for subscription, _ in gone:
-                    self.unsubscribe(subscription)
+                    gone.extend(subscription for subscription, _ in self._pending.pop(loop, []))
+        for subscription in gone:
+            self.unsubscribe(subscription)
 
     def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
         """On ``loop``: hand its consumers what was published for them since the last call."""

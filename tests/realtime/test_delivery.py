@@ -192,3 +192,18 @@ async def test_flushes_start_at_least_a_flush_gap_apart_and_lose_nothing(layer: 
     assert len(batches(layer)) <= 0.6 / delivery.FLUSH_GAP + 2, len(batches(layer))
     payloads = relayed_payloads(layer)
     assert "".join(payload["text"] for payload in payloads) == text and payloads[-1]["index"] == index
+
+
+def test_the_hub_forgets_the_consumers_of_a_closed_loop_also_with_a_delivery_pending() -> None:
+    hub = delivery.Hub()
+    conversation_id = uuid.uuid4()
+    loop = asyncio.new_event_loop()
+
+    async def subscribe() -> None:
+        hub.subscribe(conversation_id, lambda payload: None)
+
+    loop.run_until_complete(subscribe())
+    hub.publish(conversation_id, {"n": 1})  # scheduled on the loop, which never runs it
+    loop.close()
+    hub.publish(conversation_id, {"n": 2})
+    assert hub.count(conversation_id) == 0 and hub._pending == {}
