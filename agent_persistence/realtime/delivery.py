@@ -5,18 +5,21 @@ applies each update at most once and in order:
 
 - the in-process :data:`hub`: producers run on the process's producer loop,
   consumers on the server's loop; the hub hands each update to every
-  subscribed consumer with ``loop.call_soon_threadsafe`` (the in-memory
-  channel layer is not safe across loops). Hub updates carry the whole
+  subscribed consumer with ``loop.call_soon_threadsafe``, once per loop for
+  all that waits (the in-memory channel layer is not safe across loops). Hub updates carry the whole
   cumulative text (a reference, not a copy), so a follower never sees a gap.
 - the channel layer, when it spans processes (any layer but
-  ``InMemoryChannelLayer``, e.g. channels-redis): one ``group_send`` per
-  update, sent in order by one sender task per event loop, carrying only the
-  text added since the previous update of that producer (``offset`` says
-  where it goes). Sockets do not join the group themselves: each process has
-  one :class:`Relay` channel that joins the group of every conversation it
-  has followers of and hands what it receives to the hub, so the layer's
-  work grows with processes, not sockets. A process ignores its own
-  messages (the hub served them).
+  ``InMemoryChannelLayer``, e.g. channels-redis): one sender task per event
+  loop sends, one flush at a time and in order, everything queued since its
+  previous flush as one message to the group of all relays
+  (:data:`.groups.RELAYS_GROUP`), each update carrying only the text added
+  since the previous update of that producer (``offset`` says where it
+  goes). The layer's work therefore grows with flushes and processes, not
+  with conversations or sockets. Sockets join no group: each process has one
+  :class:`Relay` channel in that group, which hands the hub the updates of
+  the conversations followed in this process. A process ignores its own
+  messages (the hub served them), and a relay that finds a message missing
+  (each carries its sender's sequence number) has its followers read.
 
 When the layer does not span processes, or while the relay finds it down
 (Redis stopped or restarted: :meth:`Relay.covers` is false), followers follow
@@ -41,7 +44,7 @@ from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from ..runtime import hooks
-from .groups import PROBE_TYPE, UPDATE_TYPE, conversation_group
+from .groups import BATCH_TYPE, PROBE_TYPE, RELAYS_GROUP, UPDATE_TYPE, conversation_group
 
 logger = logging.getLogger(__name__)
 
@@ -81,11 +84,19 @@ class Subscription:
 
 
 class Hub:
-    """Thread-safe in-process fan-out of updates to the consumers of each conversation."""
+    """Thread-safe in-process fan-out of updates to the consumers of each conversation.
+
+    What is published for the consumers of one loop waits in that loop's
+    pending list, which one ``call_soon_threadsafe`` hands over: a producer
+    loop that publishes the updates of hundreds of turns while the server's
+    loop is busy wakes it once, not once per update, and each consumer still
+    gets its updates in the order they were published.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscriptions: dict[uuid.UUID, list[Subscription]] = {}
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[Subscription, Payload]]] = {}
 
     def subscribe(self, conversation_id: uuid.UUID, callback: Callable[[Payload], None]) -> Subscription:
         """Call ``callback`` on the caller's loop with every update of the conversation."""
@@ -103,13 +114,37 @@ class Hub:
                 self._subscriptions.pop(subscription.conversation_id, None)
 
     def publish(self, conversation_id: uuid.UUID, payload: Payload) -> None:
+        woken: list[asyncio.AbstractEventLoop] = []
+        gone: list[Subscription] = []
         with self._lock:
-            subscriptions = list(self._subscriptions.get(conversation_id, ()))
-        for subscription in subscriptions:
+            for subscription in self._subscriptions.get(conversation_id, ()):
+                if subscription.loop.is_closed():  # its consumer is gone (also when a delivery was pending)
+                    self._pending.pop(subscription.loop, None)
+                    gone.append(subscription)
+                    continue
+                pending = self._pending.get(subscription.loop)
+                if pending is None:
+                    pending = self._pending[subscription.loop] = []
+                    woken.append(subscription.loop)
+                pending.append((subscription, payload))
+        for loop in woken:
             try:
-                subscription.loop.call_soon_threadsafe(subscription.callback, payload)
-            except RuntimeError:  # that consumer's loop is closed: it is gone
-                self.unsubscribe(subscription)
+                loop.call_soon_threadsafe(self._deliver, loop)
+            except RuntimeError:  # that loop closed just now: its consumers are gone
+                with self._lock:
+                    gone.extend(subscription for subscription, _ in self._pending.pop(loop, []))
+        for subscription in gone:
+            self.unsubscribe(subscription)
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: hand its consumers what was published for them since the last call."""
+        with self._lock:
+            pending = self._pending.pop(loop, [])
+        for subscription, payload in pending:
+            try:
+                subscription.callback(payload)
+            except Exception:  # noqa: BLE001 - one consumer's failure is not another's
+                logger.exception("A consumer of conversation %s failed on an update.", subscription.conversation_id)
 
     def count(self, conversation_id: uuid.UUID | None = None) -> int:
         """Subscriptions of the conversation (of every conversation when None)."""
@@ -123,7 +158,18 @@ hub = Hub()
 
 
 class GroupSender:
-    """Sends group messages of one event loop in order, one at a time."""
+    """Sends the layer messages of one event loop in order, one flush at a time.
+
+    A flush takes every update queued since the previous one (under load the
+    queue grows while a send is in flight, so flushes grow rather than fall
+    behind; flushes start at least :data:`FLUSH_GAP` apart), merges each producer's consecutive deltas (:func:`merge_updates`)
+    and sends them all, whatever their conversations, as one message to
+    :data:`.groups.RELAYS_GROUP` (several, one after another, when the flush
+    exceeds :data:`MAX_BATCH_UPDATES` updates or :data:`MAX_BATCH_TEXT`
+    characters). Each message carries this sender's id and a ``sequence`` that
+    grows by one per message, so a relay that misses one knows it. A seal is
+    also sent to its conversation's group, after the batch that holds it.
+    """
 
     #: Producers whose published length is remembered (oldest forgotten first).
     MAX_TRACKED = 10_000
@@ -132,6 +178,8 @@ class GroupSender:
         self.queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self.published: OrderedDict[tuple[uuid.UUID, uuid.UUID, int], int] = OrderedDict()
         self.trouble = LayerTrouble("The group sender")
+        self.sender_id = uuid.uuid4().hex
+        self.sequence = 0
         self.task = asyncio.get_running_loop().create_task(self._send_forever(), name="agent_persistence.group_sender")
 
     def increment(self, update: hooks.StreamUpdate) -> tuple[int, str]:
@@ -149,22 +197,34 @@ class GroupSender:
         layer = get_channel_layer()
         while True:
             batch = [await self.queue.get()]
+            began = time.monotonic()
             while not self.queue.empty():
                 batch.append(self.queue.get_nowait())
-            # Under load the queue grows while a send is in flight: what waits is sent as one
-            # message per group, so the sender catches up instead of falling further behind.
-            by_group: dict[str, list[dict[str, Any]]] = {}
-            for group, message in merge_updates(batch):
-                by_group.setdefault(group, []).append(message)
-            # Groups are sent concurrently; the messages of one group one after another, in order.
-            sent = await asyncio.gather(*(send_in_order(layer, group, messages) for group, messages in by_group.items()))
-            failures = [failure for group_failures in sent for failure in group_failures]
+            failures = await self.flush(layer, merge_updates(batch))
             for message, _ in failures:
                 self.forget(message)
             if failures:  # followers elsewhere fill what is lost from the recording
                 self.trouble.failed(failures[0][1])
             else:
                 self.trouble.cleared()
+            # Each flush costs every relay a receive; updates that come meanwhile wait for the next one.
+            await asyncio.sleep(max(0.0, began + FLUSH_GAP - time.monotonic()))
+
+    async def flush(self, layer: Any, updates: list[tuple[str, dict[str, Any]]]) -> list[tuple[dict[str, Any], BaseException]]:
+        """Send one flush's updates (in order) to every relay, then its seals to their groups; what failed."""
+        failures: list[tuple[dict[str, Any], BaseException]] = []
+        for part in split_batch(updates):
+            message = batch_message(self.sender_id, self.sequence, [update for _, update in part])
+            self.sequence += 1  # also when the send fails: the relays see the gap and their followers read
+            try:
+                await layer.group_send(RELAYS_GROUP, message)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller, which logs it once per outage
+                failures.extend((update, exc) for _, update in part)
+        seals = [(group, [update]) for group, update in updates if update["payload"].get("kind") == "sealed"]
+        if seals:
+            sent = await asyncio.gather(*(send_in_order(layer, group, messages) for group, messages in seals))
+            failures.extend(failure for group_failures in sent for failure in group_failures)
+        return failures
 
     def forget(self, message: dict[str, Any]) -> None:
         """A message was lost: the producer's next one carries its whole text (from offset 0),
@@ -173,6 +233,42 @@ class GroupSender:
         if payload.get("kind") == "delta":
             key = (uuid.UUID(message["conversation_id"]), uuid.UUID(payload["message_id"]), payload["epoch"])
             self.published.pop(key, None)
+
+
+#: Seconds from the start of one flush of a sender to the start of its next, at least.
+FLUSH_GAP = 0.01
+#: Updates in one message to the relays at most (a larger flush is split, the parts sent in order).
+MAX_BATCH_UPDATES = 500
+#: Characters of delta text in one message to the relays at most (an update larger than that goes alone).
+MAX_BATCH_TEXT = 256 * 1024
+
+
+def split_batch(updates: list[tuple[str, dict[str, Any]]]) -> list[list[tuple[str, dict[str, Any]]]]:
+    """``updates`` in consecutive parts within :data:`MAX_BATCH_UPDATES` and :data:`MAX_BATCH_TEXT`."""
+    parts: list[list[tuple[str, dict[str, Any]]]] = []
+    part: list[tuple[str, dict[str, Any]]] = []
+    size = 0
+    for update in updates:
+        text = len(update[1]["payload"].get("text") or "")
+        if part and (len(part) >= MAX_BATCH_UPDATES or size + text > MAX_BATCH_TEXT):
+            parts.append(part)
+            part, size = [], 0
+        part.append(update)
+        size += text
+    if part:
+        parts.append(part)
+    return parts
+
+
+def batch_message(sender_id: str, sequence: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One message to the relays: the updates of ``messages`` (made by :func:`group_message`), in order."""
+    return {
+        "type": BATCH_TYPE,
+        "origin": origin(),
+        "sender": sender_id,
+        "sequence": sequence,
+        "updates": [{"conversation_id": message["conversation_id"], "payload": message["payload"]} for message in messages],
+    }
 
 
 async def send_in_order(layer: Any, group: str, messages: list[dict[str, Any]]) -> list[tuple[dict[str, Any], BaseException]]:
@@ -230,56 +326,66 @@ def group_sender() -> GroupSender:
 
 
 class Relay:
-    """This process's channel on the layer: receives the updates of the conversations followed here.
+    """This process's channel on the layer: receives every process's updates, hands the hub those followed here.
 
-    ``followers`` counts the sockets of each conversation in this process (what
-    should be joined); ``joined`` holds the groups joined since the layer was
-    last seen working. Joining and leaving happen in one keeper task, never in
-    the caller: a socket's connect or exit never waits on the layer, and a
-    layer that is down (Redis stopped) delays no socket.
+    The relay joins one group, :data:`.groups.RELAYS_GROUP`, whatever its
+    sockets follow: a socket's connect or exit never waits on the layer, and
+    a conversation is covered from the moment it is followed, with no join of
+    its own to wait for. ``followers`` counts the sockets of each
+    conversation in this process: the relay hands the hub the updates of
+    those conversations only (the hub, those of its subscribers), and tells
+    their followers when coverage changes.
 
-    The keeper also proves the layer works: every :data:`PROBE_INTERVAL` it
-    sends a probe to a group only this relay has joined. A probe that comes
-    back shows that Redis answers and still holds this process's memberships;
-    none for :data:`PROBE_TIMEOUT` (or any layer error) marks the relay down:
-    a restarted Redis has lost every group, so all are joined again, and
-    meanwhile :meth:`covers` is false, so followers read the recording. Each
-    change of coverage is told to the conversation's followers through the
-    hub (a ``layer`` payload) so they read once and pick their pace.
+    The keeper task proves the layer works: every :data:`PROBE_INTERVAL` it
+    joins the group again (a restarted Redis has lost it; channels-redis also
+    forgets members after its ``group_expiry``) and sends a probe to it. A
+    probe of this relay that comes back, or any batch of this process's
+    senders, shows that Redis answers and delivers to this relay; nothing of
+    this process back for :data:`PROBE_TIMEOUT` (or any layer error) marks the
+    relay down: meanwhile :meth:`covers` is false, so followers read the
+    recording. Each change of coverage is told to the followers through the hub
+    (a ``layer`` payload) so they read once and pick their pace.
+
+    Each batch names its sender and carries a sequence that grows by one per
+    message. A relay that finds one skipped (channels-redis drops what exceeds
+    a channel's capacity; a send may fail midway) lost that message, whatever
+    it held (deltas, an activity, a seal): it tells every follower here to
+    read once, as when the layer comes back.
     """
+
+    #: Senders whose last sequence is remembered (oldest forgotten first).
+    MAX_SENDERS = 10_000
 
     def __init__(self, layer: Any = None) -> None:
         self.layer = get_channel_layer() if layer is None else layer
         self.channel: str | None = None
         self.followers: dict[uuid.UUID, int] = {}
-        self.joined: set[uuid.UUID] = set()
+        self.joined = False  # in RELAYS_GROUP since the layer was last seen working
+        self.joins = 0  # times joined after being down; a probe counts for the join it was sent after
         self.healthy = False
-        self.probe_joined = False
         self.last_probe_back = 0.0
-        self.changed = asyncio.Event()
+        self.sequences: OrderedDict[str, int] = OrderedDict()  # sender -> the last sequence received
+        self.losses = 0  # batches found missing
         self.keeper: asyncio.Task[None] | None = None
         self.receiver: asyncio.Task[None] | None = None
         self.trouble = LayerTrouble("The relay")
 
     def covers(self, conversation_id: uuid.UUID) -> bool:
         """Whether updates of the conversation from other processes reach this process through the layer now."""
-        return self.healthy and conversation_id in self.joined
+        return self.healthy and self.joined
 
     def follow(self, conversation_id: uuid.UUID) -> None:
-        """One more socket of this process follows the conversation (joined by the keeper)."""
+        """One more socket of this process follows the conversation."""
         self._ensure_running()
         self.followers[conversation_id] = self.followers.get(conversation_id, 0) + 1
-        if self.followers[conversation_id] == 1:
-            self.changed.set()
 
     def unfollow(self, conversation_id: uuid.UUID) -> None:
-        """One socket fewer; the group is left (by the keeper) when none remains."""
+        """One socket fewer; the conversation's updates are no longer handed on when none remains."""
         remaining = self.followers.get(conversation_id, 0) - 1
         if remaining > 0:
             self.followers[conversation_id] = remaining
-            return
-        self.followers.pop(conversation_id, None)
-        self.changed.set()
+        else:
+            self.followers.pop(conversation_id, None)
 
     def _ensure_running(self) -> None:
         if self.keeper is None or self.keeper.done():
@@ -302,48 +408,28 @@ class Relay:
         if self.channel is None:
             # The default prefix: channels-redis reads all of a process's channels through one list.
             self.channel = await self.layer.new_channel()
-        probe = probe_group()
-        last_probe_sent = 0.0
         while True:
             if self.receiver is None or self.receiver.done():
                 self.receiver = asyncio.get_running_loop().create_task(self._receive_forever(), name="agent_persistence.relay")
-            now = time.monotonic()
-            if self.healthy and now - self.last_probe_back > PROBE_TIMEOUT:
+            if self.healthy and time.monotonic() - self.last_probe_back > PROBE_TIMEOUT:
                 self.mark_down("no probe came back")
-            newly_joined: list[uuid.UUID] = []
             try:
-                if not self.probe_joined:
-                    await self.layer.group_add(probe, self.channel)
-                    self.probe_joined = True
-                for conversation_id in list(self.followers.keys() - self.joined):
-                    await self.layer.group_add(conversation_group(conversation_id), self.channel)
-                    self.joined.add(conversation_id)
-                    newly_joined.append(conversation_id)
-                for conversation_id in list(self.joined - self.followers.keys()):
-                    self.joined.discard(conversation_id)
-                    await self.layer.group_discard(conversation_group(conversation_id), self.channel)
-                if time.monotonic() - last_probe_sent >= PROBE_INTERVAL or not self.healthy:
-                    last_probe_sent = time.monotonic()
-                    await self.layer.group_send(probe, {"type": PROBE_TYPE, "origin": origin()})
+                await self.layer.group_add(RELAYS_GROUP, self.channel)
+                if not self.joined:
+                    self.joined = True
+                    self.joins += 1
+                await self.layer.group_send(RELAYS_GROUP, {"type": PROBE_TYPE, "origin": origin(), "join": self.joins})
                 self.trouble.cleared()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the layer is down: followers read the recording meanwhile
                 self.trouble.failed(exc)
                 self.mark_down(f"{type(exc).__name__}")
-            if self.healthy:
-                self.notify(newly_joined)
-            self.changed.clear()
-            try:  # not wait_for: in Python 3.11 it can swallow a cancellation that races its timeout
-                async with asyncio.timeout(PROBE_INTERVAL if self.healthy else RETRY_INTERVAL):
-                    await self.changed.wait()
-            except TimeoutError:
-                pass
+            await asyncio.sleep(PROBE_INTERVAL if self.healthy else RETRY_INTERVAL)
 
     def mark_down(self, reason: str) -> None:
-        """The layer failed, or may have lost this process's groups: join everything again."""
-        self.probe_joined = False
-        self.joined.clear()
+        """The layer failed, or may have lost this process's membership: join again."""
+        self.joined = False
         if self.healthy:
             self.healthy = False
             logger.warning("The channel layer stopped delivering (%s): followers read the recording until it is back.", reason)
@@ -352,11 +438,12 @@ class Relay:
     def mark_up(self) -> None:
         if not self.healthy:
             self.healthy = True
-            logger.info("The channel layer delivers again; %d conversations joined.", len(self.joined))
-            self.notify(self.joined)
+            self.last_probe_back = time.monotonic()
+            logger.info("The channel layer delivers again; %d conversations followed.", len(self.followers))
+            self.notify(self.followers)
 
     def notify(self, conversation_ids: Any) -> None:
-        """Tell the followers of these conversations that their coverage changed."""
+        """Tell the followers of these conversations that their coverage changed (or a message was lost)."""
         for conversation_id in list(conversation_ids):
             hub.publish(conversation_id, {"kind": "layer"})
 
@@ -376,15 +463,42 @@ class Relay:
                 await asyncio.sleep(RETRY_INTERVAL)
                 continue
             try:
-                if message.get("type") == PROBE_TYPE:
-                    if message.get("origin") == me:
-                        self.last_probe_back = time.monotonic()
-                        if self.probe_joined:
-                            self.mark_up()
-                elif message.get("origin") != me and "conversation_id" in message:
-                    hub.publish(uuid.UUID(message["conversation_id"]), message["payload"])
+                self.receive(message, me)
             except Exception:  # noqa: BLE001 - one bad message must not stop the relay
                 logger.warning("The relay dropped a message it could not read.", exc_info=True)
+
+    def receive(self, message: dict[str, Any], me: str) -> None:
+        """One message from the group: this process's own proves delivery, another's goes to the hub."""
+        kind = message.get("type")
+        if message.get("origin") == me:  # the hub served this process's updates already
+            if kind == PROBE_TYPE and message.get("join") == self.joins and self.joined:
+                self.last_probe_back = time.monotonic()
+                self.mark_up()
+            elif kind == BATCH_TYPE and self.healthy:
+                self.last_probe_back = time.monotonic()
+            return
+        if kind != BATCH_TYPE:
+            return  # another relay's probe
+        lost = self.missed_before(message["sender"], message["sequence"])
+        followers = self.followers
+        for update in message["updates"]:
+            conversation_id = uuid.UUID(update["conversation_id"])
+            if conversation_id in followers:
+                payload = update["payload"]
+                payload["relayed"] = True  # from another process (followers tell it from their own producers')
+                hub.publish(conversation_id, payload)
+        if lost:
+            self.losses += 1
+            logger.info("The relay missed a message of the channel layer: the followers of this process read the turn.")
+            self.notify(followers)
+
+    def missed_before(self, sender_id: str, sequence: int) -> bool:
+        """Whether messages of ``sender_id`` came before this one and did not arrive (a first one counts as 0)."""
+        previous = self.sequences.pop(sender_id, None)
+        self.sequences[sender_id] = sequence
+        while len(self.sequences) > self.MAX_SENDERS:
+            self.sequences.popitem(last=False)
+        return sequence != (0 if previous is None else previous + 1)
 
 
 class LayerTrouble:
@@ -403,11 +517,6 @@ class LayerTrouble:
         if self.failing:
             self.failing = False
             logger.warning("%s reaches the channel layer again.", self.who)
-
-
-def probe_group() -> str:
-    """The group only this process's relay joins (for its probes)."""
-    return f"agent_persistence.relay.{origin()}"
 
 
 _relays: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Relay]" = weakref.WeakKeyDictionary()
@@ -477,9 +586,16 @@ def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_
         if loop is not None:
             loop.call_soon_threadsafe(lambda: group_sender().queue.put_nowait(message))
         else:  # plain sync code (a management command): send it now
-            async_to_sync(get_channel_layer().group_send)(*message)
+            async_to_sync(send_now)(*message)
     except Exception:  # noqa: BLE001 - followers elsewhere see the seal when they next read the turn
         logger.warning("Could not announce the end of turn %s", message_id, exc_info=True)
+
+
+async def send_now(group: str, message: dict[str, Any]) -> None:
+    """Send one update without a sender task: to the relays (a sender of its own), then to ``group``."""
+    layer = get_channel_layer()
+    await layer.group_send(RELAYS_GROUP, batch_message(uuid.uuid4().hex, 0, [message]))
+    await layer.group_send(group, message)
 
 
 def _calling_loop() -> asyncio.AbstractEventLoop | None:

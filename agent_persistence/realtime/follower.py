@@ -194,6 +194,7 @@ class Follower:
         self.interrupts_sent: tuple[str, ...] = ()
         self.activity_revisions: dict[str, int] = {}  # activity id -> the revision last sent
         self.last_live = 0.0
+        self.last_local = 0.0  # when this process's hub last brought an update of this process's producer
         self.last_read = 0.0
         self.read_requested = False
         self.idle_polls = 0  # reads in a row that found nothing new (the back-off's exponent)
@@ -265,6 +266,10 @@ class Follower:
 
     def covered(self) -> bool:
         return self.relay is not None and self.relay.covers(self.conversation_id)
+
+    def fed_locally(self) -> bool:
+        """Whether the turn runs in this process and its hub brought an update lately (within ``DEAD_AFTER / 2``)."""
+        return self.state == "alive" and time.monotonic() - self.last_local < app_settings.DEAD_AFTER / 2
 
     def poll_interval(self) -> float | None:
         """Seconds between reads of the turn now; None: no reads until an update arrives.
@@ -348,8 +353,9 @@ class Follower:
             logger.warning("Reading the turn of conversation %s failed; retrying.", self.conversation_id, exc_info=True)
             return
         self.queue.put_nowait({"kind": "view", "view": view, "switches": switches})
-        if view.message_id is not None and not self.covered() and (view.state == "alive" or self.seen_of(view) != self.last_seen):
-            # No layer brings other processes' activity frames: the turn's rows are read with the turn.
+        if (view.message_id is not None and not self.covered() and not self.fed_locally()
+                and (view.state == "alive" or self.seen_of(view) != self.last_seen)):
+            # No layer brings other processes' activity frames (and no producer here does): the turn's rows are read with the turn.
             try:
                 rows = await list_activities_async(self.scope, self.conversation_id, view.message_id)
             except Exception:  # noqa: BLE001 - read again at the next poll
@@ -362,9 +368,12 @@ class Follower:
     async def apply_payload(self, payload: Payload) -> None:
         kind = payload["kind"]
         if kind == "layer":
-            # The relay's coverage changed (the layer went down, came back, or joined the group):
-            # read once, for what the layer may have missed, then keep the pace that fits.
-            self.read_requested = True
+            # The relay's coverage changed (the layer went down or came back) or it lost a message:
+            # read once, for what the layer may have missed, then keep the pace that fits. A turn
+            # produced in this process reaches this follower through the hub alone: nothing of it
+            # was missed, and an outage read by every such follower at once would only add load.
+            if not self.fed_locally():
+                self.read_requested = True
             return
         if kind == "view":
             view = payload["view"]
@@ -378,11 +387,12 @@ class Follower:
         if kind == "activities":
             await self.apply_activities(payload["activities"])
             return
+        self.last_live = time.monotonic()
+        if not payload.get("relayed"):
+            self.last_local = self.last_live
         if kind == "activity":
-            self.last_live = time.monotonic()
             await self.apply_activity(payload["activity"], epoch=payload["epoch"])
             return
-        self.last_live = time.monotonic()
         self.idle_polls = 0
         message_id = uuid.UUID(payload["message_id"])
         await self.advance(message_id, payload["epoch"], payload["index"], payload["offset"], payload["text"], payload["tool_calls"],

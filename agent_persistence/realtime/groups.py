@@ -1,4 +1,12 @@
-"""Channel-layer group names: one group per conversation.
+"""Channel-layer group names and message types.
+
+- :func:`conversation_group`: one group per conversation. Nothing of this app
+  joins it; the end of each turn (``conversation_updated``) is sent to it, for
+  the host's own consumers that join it.
+- :data:`RELAYS_GROUP`: the one group every process's relay joins (see
+  :mod:`.delivery`). Each flush of a process's group sender is one message to
+  it, carrying the updates of every conversation in the flush, and each relay
+  probes the layer with a message to it.
 
 Conversation ids are UUIDs, so the hex form keeps a name within Channels'
 rules (ASCII letters, digits, hyphens, underscores and periods, under 100).
@@ -8,10 +16,14 @@ from __future__ import annotations
 
 import uuid
 
-#: The ``type`` of a group message (received by each process's relay, see :mod:`.delivery`).
+#: The ``type`` of a message to a conversation's group (one update of that conversation: a seal).
 UPDATE_TYPE = "agent_persistence.update"
-#: The ``type`` of a relay's probe, sent to a group only that relay joins (see :class:`.delivery.Relay`).
+#: The ``type`` of a message to :data:`RELAYS_GROUP` that carries a batch of updates.
+BATCH_TYPE = "agent_persistence.batch"
+#: The ``type`` of a relay's probe, sent to :data:`RELAYS_GROUP` (see :class:`.delivery.Relay`).
 PROBE_TYPE = "agent_persistence.probe"
+#: The group of every process's relay.
+RELAYS_GROUP = "agent_persistence.relays"
 
 
 def conversation_group(conversation_id: uuid.UUID) -> str:

@@ -60,7 +60,7 @@ def stats(queries: QueryCounter | None = None) -> dict[str, Any]:
         "hub_subscriptions": hub.count(),
         "sockets": sockets().count(),
         "relay_followers": sum(relay.followers.values()) if relay else 0,
-        "relay_joined": len(relay.joined) if relay else 0,
+        "relay_joined": int(relay.joined) if relay else 0,  # in the relays group
         "relay_healthy": bool(relay and relay.healthy),
         "queries": queries.count if queries else None,
     }

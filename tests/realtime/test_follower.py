@@ -39,3 +39,30 @@ async def test_updates_past_a_gap_are_applied_in_order_once_the_recording_fills_
     assert [frame["index"] for frame in deltas] == [1, 3, 4]
     assert not follower.behind and follower.held == [] and follower.offset == 8
     await follower.close()
+
+
+async def test_a_follower_fed_by_a_producer_of_its_process_does_not_read_when_the_layer_changes() -> None:
+    """The layer going down or losing a message changes nothing for a turn that this process's hub feeds
+    (hundreds of such followers reading at once made an overloaded server collapse); a follower fed
+    through the relay reads once."""
+    user = await sync_to_async(get_user_model().objects.create_user)("follower-bob")
+    conversation_id = await sync_to_async(make_conversation)(user)
+
+    async def send(frame: dict[str, Any]) -> None:
+        pass
+
+    follower = Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send)
+    message_id = uuid.uuid4()
+    follower.message_id, follower.state = message_id, "alive"
+    base = {"kind": "delta", "message_id": str(message_id), "run_id": None, "epoch": 1, "tool_calls": None}
+    await follower.apply_payload({**base, "index": 1, "offset": 0, "text": "ab"})  # the hub's, from a producer here
+    await follower.apply_payload({"kind": "layer"})
+    assert not follower.read_requested
+    follower.last_local -= 2.0  # DEAD_AFTER / 2 (1.5 s) without an update of its own: the turn may have moved
+    await follower.apply_payload({"kind": "layer"})
+    assert follower.read_requested
+    follower.read_requested = False
+    await follower.apply_payload({**base, "index": 2, "offset": 2, "text": "cd", "relayed": True})  # another process's
+    await follower.apply_payload({"kind": "layer"})
+    assert follower.read_requested and follower.offset == 4
+    await follower.close()

@@ -160,7 +160,7 @@ async def test_redis_stopped_15_s_mid_turn_then_started_again(servers: list[Serv
     async with AsyncExitStack() as stack:
         starter_socket = await stack.enter_async_context(socket_to(a, conversation_id, key))
         remote = [await open_reader(f"b-follower-{i}", b, conversation_id, key, stack) for i in range(2)]
-        await wait_for(lambda: _healthy(b, joined=1), 15, "b's relay joined the conversation")
+        await wait_for(lambda: _healthy(b, joined=1), 15, "b's relay in the relays group")
         await send(starter_socket, {"type": "start", "content": json.dumps({"chunks": chunks, "every": EVERY})})
         starter = Reader("a-starter", starter_socket)
         readers = [starter, *remote]
@@ -206,7 +206,7 @@ async def test_redis_restarted_mid_turn(servers: list[Server], session: Any, red
     async with AsyncExitStack() as stack:
         starter_socket = await stack.enter_async_context(socket_to(a, conversation_id, key))
         remote = [await open_reader(f"b-follower-{i}", b, conversation_id, key, stack) for i in range(2)]
-        await wait_for(lambda: _healthy(b, joined=1), 15, "b's relay joined the conversation")
+        await wait_for(lambda: _healthy(b, joined=1), 15, "b's relay in the relays group")
         await send(starter_socket, {"type": "start", "content": json.dumps({"chunks": chunks, "every": EVERY})})
         starter = Reader("a-starter", starter_socket)
         readers = [starter, *remote]
