@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from django.db import OperationalError, connection, connections, transaction
@@ -35,6 +36,30 @@ def test_a_save_is_fenced_when_a_newer_epoch_saved_the_checkpoint() -> None:
     assert store.load(conversation.pk) == {"by": "newer"}
 
 
+@contextlib.contextmanager
+def supervision_row_locked(conversation_id: uuid.UUID) -> Iterator[None]:
+    """Another connection holds the conversation's supervision row (``SELECT ... FOR UPDATE``) meanwhile."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                TurnSupervision.objects.select_for_update().get(pk=conversation_id)
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-statement save, bound server-side: PostgreSQL")
 def test_a_save_bound_server_side_keeps_every_field_and_django_errors(settings: Any) -> None:
@@ -58,28 +83,11 @@ def test_a_save_bound_server_side_keeps_every_field_and_django_errors(settings: 
         assert cursor.fetchone() == (0,), "a named prepared statement breaks transaction-mode poolers"
 
     settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "PRODUCER_LOCK_TIMEOUT": 0.2}
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                TurnSupervision.objects.select_for_update().get(pk=conversation.pk)
-                held.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(10)
+    with supervision_row_locked(conversation.pk):
         started = time.monotonic()
         with pytest.raises(OperationalError):
             store.save(conversation.pk, {"n": 2}, epoch=claim.epoch)
         assert time.monotonic() - started < 5
-    finally:
-        release.set()
-        holder.join(30)
     assert store.load(conversation.pk) == {"n": 9}
     store.save(conversation.pk, {"n": 3}, epoch=claim.epoch)
     assert store.load(conversation.pk) == {"n": 3}
@@ -107,21 +115,7 @@ def test_a_save_bounds_its_own_lock_wait_outside_a_transaction_and_is_a_savepoin
     default = lock_timeout()
     assert raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "PRODUCER_LOCK_TIMEOUT": 0.2}
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                TurnSupervision.objects.select_for_update().get(pk=conversation.pk)
-                held.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(10)
+    with supervision_row_locked(conversation.pk):
         started = time.monotonic()
         with pytest.raises(OperationalError):
             store.save(conversation.pk, {"n": 2}, epoch=claim.epoch)
@@ -134,9 +128,6 @@ def test_a_save_bounds_its_own_lock_wait_outside_a_transaction_and_is_a_savepoin
             with pytest.raises(OperationalError):
                 store.save(conversation.pk, {"n": 3}, epoch=claim.epoch)
             assert Conversation.objects.get(pk=conversation.pk).title == "kept"  # the caller's transaction still works
-    finally:
-        release.set()
-        holder.join(30)
     assert Conversation.objects.get(pk=conversation.pk).title == "kept"
     assert store.load(conversation.pk) == {"n": 1}
     store.save(conversation.pk, {"n": 4}, epoch=claim.epoch)
