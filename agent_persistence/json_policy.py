@@ -265,7 +265,7 @@ def loads(text: Any) -> Any:
     a run of 19 digits, the fewest such an integer has (a run inside a string
     only costs the slower read). Anything but a ``str`` goes to :func:`json.loads`.
 
-    One difference is left, past the policy: before Python 3.13, nesting
+    One difference is left, past the policy: on Python 3.11, nesting
     deeper than the interpreter's recursion limit lets :func:`json.loads`
     raise ``RecursionError`` (near 1,000 levels less the caller's stack), where
     this reads the value up to 1,024 levels. Stores refuse such values on write
