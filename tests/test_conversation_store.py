@@ -172,3 +172,73 @@ def test_a_page_read_in_another_session_time_zone_keeps_djangos_time_loader():
         (read,) = store.list_messages(OWNER, conversation.pk, after=first.pk).items
         loaded = Message.objects.get(pk=read.pk)
     assert_same_instance(read, loaded)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks: SQLite's write lock serialises both")
+def test_a_delete_mid_turn_waits_for_the_producer_instead_of_deadlocking():
+    """The delete takes the turn's lock order (supervision row, then conversation).
+
+    A producer holds its fence (the supervision row) and, once the delete waits
+    on a lock, appends (locks the conversation). A delete that locked the
+    conversation first and reached the supervision row by cascade would hold one
+    row each with the producer: PostgreSQL answers one of them "deadlock
+    detected" (the CI failure of test_agui's delete mid-turn). In order, the
+    producer commits and the delete then removes everything.
+    """
+    import threading
+    import time
+    import uuid
+
+    from django.db import connections, transaction
+
+    from agent_persistence.models import Conversation, TurnSupervision
+    from agent_persistence.stores.fencing import fence
+    from agent_persistence.stores.supervision import SupervisionStore
+
+    store = ConversationStore()
+    conversation = store.create(OWNER)
+    epoch = SupervisionStore().claim(OWNER, conversation.pk, message_id=uuid.uuid4()).epoch
+    fenced, outcomes = threading.Event(), {}
+
+    def waiting_on_a_lock() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return cursor.fetchone()[0] > 0
+
+    def produce() -> None:
+        try:
+            with transaction.atomic():
+                fence(conversation.pk, epoch)
+                fenced.set()
+                deadline = time.monotonic() + 10
+                while not waiting_on_a_lock() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                Conversation.objects.select_for_update().get(pk=conversation.pk)
+                Conversation.objects.filter(pk=conversation.pk).update(title="sealed")
+            outcomes["producer"] = "committed"
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            outcomes["producer"] = exc
+        finally:
+            connections.close_all()
+
+    def delete() -> None:
+        try:
+            assert fenced.wait(10)
+            store.delete(OWNER, conversation.pk)
+            outcomes["delete"] = "deleted"
+        except Exception as exc:  # noqa: BLE001
+            outcomes["delete"] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=produce), threading.Thread(target=delete)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert outcomes == {"producer": "committed", "delete": "deleted"}
+    assert not Conversation.objects.filter(pk=conversation.pk).exists()
+    assert not TurnSupervision.objects.filter(pk=conversation.pk).exists()

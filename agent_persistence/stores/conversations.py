@@ -58,6 +58,7 @@ from .base import (
     statement_slots,
     writable_conversation,
 )
+from .fencing import lock_turn
 from .times import clean_caller_time
 
 #: The keys a message dict given to :meth:`ConversationStore.merge_messages` (or ``replace_messages``) may carry.
@@ -606,11 +607,16 @@ class ConversationStore:
 
     def delete(self, scope: Scope, conversation_id: Any) -> None:
         """Delete the conversation and all it holds (messages, runs, events, files, tasks). Owner only."""
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
         with transaction.atomic():
-            # The row lock makes a concurrent message or file write wait for the delete (and then
-            # find nothing) instead of slipping a child row in after the cascade was collected.
-            conversation = writable_conversation(scope, conversation_id, for_update=True)
-            conversation.delete()
+            # The turn's lock order (stores.turns): the supervision row, then the conversation. The
+            # cascade deletes the supervision row, so locking the conversation first would deadlock
+            # with a producer that holds its fence and appends (a seal mid-turn). The conversation's
+            # lock makes a concurrent message or file write wait for the delete (and then find
+            # nothing) instead of slipping a child row in after the cascade was collected.
+            lock_turn(pk)
+            writable_conversation(scope, pk).delete()
 
     def share(self, scope: Scope, conversation_id: Any, shared: Any = True) -> Conversation:
         """Make the conversation readable (or not) by everyone of its tenant; an update."""

@@ -349,11 +349,13 @@ def test_deleting_the_conversation_mid_turn_ends_the_stream(alice_client: APICli
     """The stream does not wait for a turn whose rows are gone: RUN_ERROR not_found, everything released."""
     start_turn(alice_client, conversation_id)
     response = alice_client.get(agui_url(conversation_id))
-    parts = iter(response.streaming_content)
-    raw = next(parts).decode()
-    assert alice_client.delete(f"/api/conversations/{conversation_id}/").status_code == 204
-    raw += "".join(part.decode() for part in parts)
-    response.close()
+    try:  # closed on a failure too: a stream left to the garbage collector fails whichever test runs then
+        parts = iter(response.streaming_content)
+        raw = next(parts).decode()
+        assert alice_client.delete(f"/api/conversations/{conversation_id}/").status_code == 204
+        raw += "".join(part.decode() for part in parts)
+    finally:
+        response.close()
     events = [event for _, event in parse_sse(raw)]
     check_sequence(events)
     assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "not_found"
