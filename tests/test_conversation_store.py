@@ -202,7 +202,9 @@ def test_a_delete_mid_turn_waits_for_the_producer_instead_of_deadlocking():
     fenced, outcomes = threading.Event(), {}
 
     def waiting_on_a_lock() -> bool:
+        """Whether another backend waits on a lock (asked inside the producer's transaction, hence the cleared snapshot)."""
         with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )
@@ -214,7 +216,8 @@ def test_a_delete_mid_turn_waits_for_the_producer_instead_of_deadlocking():
                 fence(conversation.pk, epoch)
                 fenced.set()
                 deadline = time.monotonic() + 10
-                while not waiting_on_a_lock() and time.monotonic() < deadline:
+                while not waiting_on_a_lock():
+                    assert time.monotonic() < deadline, "the delete never waited on a lock"
                     time.sleep(0.01)
                 Conversation.objects.select_for_update().get(pk=conversation.pk)
                 Conversation.objects.filter(pk=conversation.pk).update(title="sealed")
