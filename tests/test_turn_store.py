@@ -1,9 +1,78 @@
-"""The shipped TurnStore against its contract suite."""
+"""The shipped TurnStore against its contract suite, and the sealed turn its signal carries."""
 
 from __future__ import annotations
 
-from agent_persistence.testing.turns import TurnStoreContract
+import dataclasses
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from agent_persistence.signals import conversation_updated
+from agent_persistence.stores.turns import TurnStore
+from agent_persistence.testing.family import frozen_clock
+from agent_persistence.testing.turns import AGENTS, CANCELLED, COMPLETED, ERRORED, OWNER, TurnStoreContract
 
 
 class TestTurnStore(TurnStoreContract):
     pass
+
+
+TOOL_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": 1}"}}]
+
+
+def sealed_views(capture: Any, seal_it: Any) -> list[Any]:
+    """The ``view`` of every ``conversation_updated`` sent while ``seal_it()`` runs and commits."""
+    views: list[Any] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        views.append(kwargs["view"])
+
+    conversation_updated.connect(receiver)
+    try:
+        with capture(execute=True):
+            seal_it()
+    finally:
+        conversation_updated.disconnect(receiver)
+    return views
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "seal, message, error",
+    [
+        (COMPLETED, {"content": "the answer"}, None),
+        (COMPLETED, {"content": "", "tool_calls": TOOL_CALLS}, None),
+        (CANCELLED, {"content": "half"}, None),
+        (ERRORED, {"content": "half"}, {"code": "agent_error", "message": "boom"}),
+    ],
+)
+def test_the_signal_carries_the_sealed_turn_exactly_as_read_turn_reads_it(
+    django_capture_on_commit_callbacks: Any, seal: Any, message: dict[str, Any], error: Any
+) -> None:
+    """Followers in the producer's process apply the signal's view instead of reading: it must be the read."""
+    store = TurnStore()
+    plan = store.begin(OWNER, uuid.uuid4(), content="hello", known_agents=AGENTS, agent="helper")
+    stop_reason = "errored" if error else "completed"
+    (view,) = sealed_views(django_capture_on_commit_callbacks, lambda: store.seal(
+        OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch,
+        message=message, seal=seal, stop_reason=stop_reason, error=error,
+    ))
+    read = store.read_turn(OWNER, plan.conversation_id)
+    assert view.final is not None and view.record is None
+    assert dataclasses.replace(read, record=None, replica="", heartbeat_age=None) == view
+
+
+@pytest.mark.django_db
+def test_a_closed_out_turn_carries_its_new_epoch_and_partial_answer(django_capture_on_commit_callbacks: Any) -> None:
+    store = TurnStore()
+    with frozen_clock(timezone.now() - timedelta(minutes=1)):
+        plan = store.begin(OWNER, uuid.uuid4(), content="hello", known_agents=AGENTS, agent="helper")
+    (view,) = sealed_views(django_capture_on_commit_callbacks, lambda: store.close_out(
+        OWNER, plan.conversation_id, seal=CANCELLED, stop_reason="cancelled",
+    ))
+    read = store.read_turn(OWNER, plan.conversation_id)
+    assert view.epoch == plan.epoch + 1
+    assert dataclasses.replace(read, record=None, replica="", heartbeat_age=None) == view

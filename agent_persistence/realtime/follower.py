@@ -382,7 +382,9 @@ class Follower:
             await self.apply_view(view)
             return
         if kind == "sealed":
-            await self.apply_view(await read_turn_async(self.scope, self.conversation_id))
+            # The seal's own view in this process (the hub); read from the database when it came over the layer.
+            view = payload.get("view")
+            await self.apply_view(view if view is not None else await read_turn_async(self.scope, self.conversation_id))
             return
         if kind == "activities":
             await self.apply_activities(payload["activities"])

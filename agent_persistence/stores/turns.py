@@ -195,13 +195,24 @@ def unknown_agent(name: str) -> Validation:
     return Validation(f"No agent is registered as {name!r}.", code="unknown_agent", field="agent")
 
 
-def announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID | None) -> None:
+def announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID | None,
+             view: TurnView | None = None) -> None:
     """``conversation_updated``, once the transaction that sealed the turn has committed."""
     from ..signals import conversation_updated
 
     conversation_updated.send(
-        sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id
+        sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id,
+        view=view,
     )
+
+
+def final_of(content: Any, tool_calls: Any, metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """``TurnView.final`` of a sealed turn's stored answer: {message, stop_reason, error}."""
+    metadata = metadata or {}
+    message = {"role": Role.ASSISTANT.value, "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {"message": message, "stop_reason": metadata.get("stop_reason"), "error": metadata.get("error")}
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -559,7 +570,14 @@ class TurnStore:
             status=seal.supervision_status, heartbeat_at=now
         )
         self.events.append(scope, pk, [idle_event(answer.id, run_id, stop_reason, error)], run_id=run_id)
-        transaction.on_commit(lambda: announce(scope, pk, answer.id, run_id))
+        # The sealed turn as read_turn reads it once this commits: followers in this process apply it
+        # without reading it back (the signal's ``view``).
+        fields = answer.fields
+        view = TurnView(
+            state=SupervisionStatus(seal.supervision_status).value, message_id=answer.id, run_id=run_id, epoch=epoch,
+            final=final_of(fields.get("content", ""), fields.get("tool_calls"), fields.get("metadata")),
+        )
+        transaction.on_commit(lambda: announce(scope, pk, answer.id, run_id, view))
 
     # -- operators ------------------------------------------------------------------------------
 
@@ -619,11 +637,7 @@ class TurnStore:
             else:
                 message = Message.objects.filter(conversation_id=pk, pk=row.message_id).first()
             if message is not None:
-                metadata = message.metadata or {}
-                final = {"role": Role.ASSISTANT.value, "content": message.content}
-                if message.tool_calls:
-                    final["tool_calls"] = message.tool_calls
-                view.final = {"message": final, "stop_reason": metadata.get("stop_reason"), "error": metadata.get("error")}
+                view.final = final_of(message.content, message.tool_calls, message.metadata)
             else:
                 pending = Interrupt.objects.filter(conversation_id=pk, status=InterruptStatus.PENDING).order_by(
                     "requested_at", "pk"

@@ -66,3 +66,30 @@ async def test_a_follower_fed_by_a_producer_of_its_process_does_not_read_when_th
     await follower.apply_payload({"kind": "layer"})
     assert follower.read_requested and follower.offset == 4
     await follower.close()
+
+
+async def test_a_seal_from_this_process_is_applied_from_its_view_and_one_over_the_layer_is_read() -> None:
+    """The hub's sealed payload carries the store's view of the sealed turn: the follower sends
+    ``final`` from it without a read (the database here holds no turn at all, so a read would
+    say idle). The layer's carries ids only: that one is read."""
+    user = await sync_to_async(get_user_model().objects.create_user)("follower-carol")
+    conversation_id = await sync_to_async(make_conversation)(user)
+    frames: list[dict[str, Any]] = []
+
+    async def send(frame: dict[str, Any]) -> None:
+        frames.append(frame)
+
+    follower = Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send)
+    message_id, run_id = uuid.uuid4(), uuid.uuid4()
+    base = {"kind": "delta", "message_id": str(message_id), "run_id": str(run_id), "epoch": 1, "tool_calls": None}
+    await follower.apply_payload({**base, "index": 1, "offset": 0, "text": "the answer"})
+    final = {"message": {"role": "assistant", "content": "the answer"}, "stop_reason": "completed", "error": None}
+    view = TurnView(state="done", message_id=message_id, run_id=run_id, epoch=1, final=final)
+    sealed = {"kind": "sealed", "conversation_id": str(conversation_id), "message_id": str(message_id), "run_id": str(run_id)}
+    await follower.apply_payload({**sealed, "view": view})
+    assert [frame["type"] for frame in frames] == ["status", "delta", "final", "status", "conversation_updated"]
+    assert frames[2]["message"] == final["message"] and frames[3]["state"] == "done"
+    del frames[:]
+    await follower.apply_payload({**sealed, "relayed": True})  # over the layer: read, and the database says idle
+    assert [(frame["type"], frame.get("state")) for frame in frames] == [("status", "idle")]
+    await follower.close()
