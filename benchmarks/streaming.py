@@ -83,12 +83,13 @@ def asgi_application() -> Any:
 
 
 class Server:
-    def __init__(self, database: str, cpus: str | None, profile: str | None = None) -> None:
+    def __init__(self, database: str, cpus: str | None, profile: str | None = None, deflate: bool = True) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         command = [sys.executable, "-m", "uvicorn", "--factory", "benchmarks.streaming:asgi_application", "--host", "127.0.0.1",
-                   "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", "off"]
+                   "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", "off",
+                   "--ws-per-message-deflate", "true" if deflate else "false"]
         if cpus:
             command = ["taskset", "-c", cpus, *command]
         from .database import BENCH_DATABASE_ENV
@@ -278,6 +279,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity-only", action="store_true", help="measure only the concurrent turns (the capacity steps)")
     parser.add_argument("--profile", metavar="FILE",
                         help="run server A under py-spy (pip install py-spy) and write its collapsed stacks to FILE")
+    parser.add_argument("--no-deflate", action="store_true",
+                        help="serve without permessage-deflate (uvicorn --ws-per-message-deflate false)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -290,7 +293,8 @@ def run(args: argparse.Namespace) -> int:
 
     close_django_connections()
     progress("starting two servers")
-    a, b = Server(FULL_DATABASE, args.cpus, args.profile), Server(FULL_DATABASE, args.cpus)
+    deflate = not args.no_deflate
+    a, b = Server(FULL_DATABASE, args.cpus, args.profile, deflate), Server(FULL_DATABASE, args.cpus, deflate=deflate)
     try:
         async def main() -> list[tuple[str, ...]]:
             rows: list[tuple[str, ...]] = []
@@ -309,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
         a.stop()
         b.stop()
     print(f"Websocket streaming (PostgreSQL + Redis, two uvicorn servers pinned to CPUs {args.cpus}, {os.cpu_count()} CPUs in all, "
+          f"permessage-deflate {'on' if deflate else 'off'}, "
           f"load average {', '.join(f'{load:.1f}' for load in os.getloadavg())})")
     print(format_rows(("figure", "samples", "p50 ms", "p99 ms"), rows))
     return 0
