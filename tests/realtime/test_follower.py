@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -93,3 +95,58 @@ async def test_a_seal_from_this_process_is_applied_from_its_view_and_one_over_th
     await follower.apply_payload({**sealed, "relayed": True})  # over the layer: read, and the database says idle
     assert [(frame["type"], frame.get("state")) for frame in frames] == [("status", "idle")]
     await follower.close()
+
+
+async def test_a_follower_behind_sends_the_deltas_queued_for_it_as_one_frame_in_order() -> None:
+    """Deltas that queued up while the loop was busy go out as one frame (the hub's carry the whole
+    text, the layer's follow on); a delta of another turn, a gap or an activity ends the merge and is
+    applied next, in order."""
+    user = await sync_to_async(get_user_model().objects.create_user)("follower-dave")
+    conversation_id = await sync_to_async(make_conversation)(user)
+    frames: list[dict[str, Any]] = []
+
+    async def send(frame: dict[str, Any]) -> None:
+        frames.append(frame)
+
+    follower = Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send)
+    message_id = uuid.uuid4()
+    follower.message_id, follower.state = message_id, "alive"
+    follower.last_read = follower.last_live = time.monotonic() + 3600  # no read comes due
+    hub = {"kind": "delta", "message_id": str(message_id), "run_id": None, "epoch": 1, "tool_calls": None, "offset": 0}
+    layer = {**hub, "relayed": True}
+    for payload in [
+        {**hub, "index": 1, "text": "a"}, {**hub, "index": 2, "text": "ab"}, {**hub, "index": 3, "text": "abc"},
+        {**layer, "index": 4, "offset": 3, "text": "d"}, {**layer, "index": 5, "offset": 4, "text": "e"},  # all one frame
+        {**layer, "index": 7, "offset": 9, "text": "z"},  # past a gap: held, not merged
+        {"kind": "activity", "epoch": 1, "activity": {"id": "x", "revision": 1, "message_id": str(message_id), "run_id": None}},
+    ]:
+        follower.push(payload)
+    follower.task = asyncio.get_running_loop().create_task(follower.follow())
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if follower.queue.empty() and follower.carried is None and len(frames) >= 2:
+            break
+    assert [(frame["type"], frame.get("index"), frame.get("text")) for frame in frames] == [
+        ("delta", 5, "abcde"), ("activity", None, None),
+    ]
+    assert follower.offset == 5 and [held.index for held in follower.held] == [7]
+    await follower.close()
+
+
+def test_deltas_merge_only_when_the_second_follows_on_from_the_first() -> None:
+    from agent_persistence.realtime.follower import MAX_COALESCED_TEXT, merge_deltas
+
+    base = {"kind": "delta", "message_id": "m", "run_id": None, "epoch": 2, "tool_calls": None}
+    first = {**base, "index": 4, "offset": 10, "text": "abc"}
+    assert merge_deltas(first, {**base, "index": 5, "offset": 13, "text": "d", "tool_calls": [{"id": 1}]}) == {
+        **base, "index": 5, "offset": 10, "text": "abcd", "tool_calls": [{"id": 1}], "relayed": False,
+    }
+    assert merge_deltas(first, {**base, "index": 5, "offset": 0, "text": "x" * 14})["text"] == "x" * 14  # the hub's: whole text
+    assert merge_deltas(first, {**base, "index": 5, "offset": 14, "text": "d"}) is None  # a gap
+    assert merge_deltas(first, {**base, "index": 5, "offset": 0, "text": "short"}) is None  # reaches less far
+    assert merge_deltas(first, {**base, "index": 4, "offset": 13, "text": "d"}) is None  # not newer
+    assert merge_deltas(first, {**base, "index": 5, "offset": 13, "text": "d", "epoch": 3}) is None  # another producer
+    assert merge_deltas(first, {**base, "index": 5, "offset": 13, "text": "d", "message_id": "n"}) is None  # another turn
+    assert merge_deltas(first, {"kind": "sealed", "message_id": "m"}) is None
+    assert merge_deltas(first, {**base, "index": 5, "offset": 13, "text": "d" * MAX_COALESCED_TEXT}) is None  # too big
+    assert merge_deltas({**first, "relayed": True}, {**base, "index": 5, "offset": 13, "text": "d", "relayed": True})["relayed"]
