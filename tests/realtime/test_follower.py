@@ -18,15 +18,20 @@ from tests.realtime.test_consumer import make_conversation
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 
-async def test_updates_past_a_gap_are_applied_in_order_once_the_recording_fills_it() -> None:
-    user = await sync_to_async(get_user_model().objects.create_user)("follower-alice")
+async def recording_follower(username: str) -> tuple[Follower, list[dict[str, Any]]]:
+    """A follower of a new conversation of a new user, and the list of the frames it sends."""
+    user = await sync_to_async(get_user_model().objects.create_user)(username)
     conversation_id = await sync_to_async(make_conversation)(user)
     frames: list[dict[str, Any]] = []
 
     async def send(frame: dict[str, Any]) -> None:
         frames.append(frame)
 
-    follower = Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send)
+    return Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send), frames
+
+
+async def test_updates_past_a_gap_are_applied_in_order_once_the_recording_fills_it() -> None:
+    follower, frames = await recording_follower("follower-alice")
     message_id = uuid.uuid4()
     await follower.advance(message_id, 1, 1, 0, "ab", None)
     # Index 2 ("cd" at offset 2) was lost; 3 and 4 arrive past the gap and are held.
@@ -47,13 +52,7 @@ async def test_a_follower_fed_by_a_producer_of_its_process_does_not_read_when_th
     """The layer going down or losing a message changes nothing for a turn that this process's hub feeds
     (hundreds of such followers reading at once made an overloaded server collapse); a follower fed
     through the relay reads once."""
-    user = await sync_to_async(get_user_model().objects.create_user)("follower-bob")
-    conversation_id = await sync_to_async(make_conversation)(user)
-
-    async def send(frame: dict[str, Any]) -> None:
-        pass
-
-    follower = Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send)
+    follower, _ = await recording_follower("follower-bob")
     message_id = uuid.uuid4()
     follower.message_id, follower.state = message_id, "alive"
     base = {"kind": "delta", "message_id": str(message_id), "run_id": None, "epoch": 1, "tool_calls": None}
@@ -74,20 +73,13 @@ async def test_a_seal_from_this_process_is_applied_from_its_view_and_one_over_th
     """The hub's sealed payload carries the store's view of the sealed turn: the follower sends
     ``final`` from it without a read (the database here holds no turn at all, so a read would
     say idle). The layer's carries ids only: that one is read."""
-    user = await sync_to_async(get_user_model().objects.create_user)("follower-carol")
-    conversation_id = await sync_to_async(make_conversation)(user)
-    frames: list[dict[str, Any]] = []
-
-    async def send(frame: dict[str, Any]) -> None:
-        frames.append(frame)
-
-    follower = Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send)
+    follower, frames = await recording_follower("follower-carol")
     message_id, run_id = uuid.uuid4(), uuid.uuid4()
     base = {"kind": "delta", "message_id": str(message_id), "run_id": str(run_id), "epoch": 1, "tool_calls": None}
     await follower.apply_payload({**base, "index": 1, "offset": 0, "text": "the answer"})
     final = {"message": {"role": "assistant", "content": "the answer"}, "stop_reason": "completed", "error": None}
     view = TurnView(state="done", message_id=message_id, run_id=run_id, epoch=1, final=final)
-    sealed = {"kind": "sealed", "conversation_id": str(conversation_id), "message_id": str(message_id), "run_id": str(run_id)}
+    sealed = {"kind": "sealed", "conversation_id": str(follower.conversation_id), "message_id": str(message_id), "run_id": str(run_id)}
     await follower.apply_payload({**sealed, "view": view})
     assert [frame["type"] for frame in frames] == ["status", "delta", "final", "status", "conversation_updated"]
     assert frames[2]["message"] == final["message"] and frames[3]["state"] == "done"
@@ -101,14 +93,7 @@ async def test_a_follower_behind_sends_the_deltas_queued_for_it_as_one_frame_in_
     """Deltas that queued up while the loop was busy go out as one frame (the hub's carry the whole
     text, the layer's follow on); a delta of another turn, a gap or an activity ends the merge and is
     applied next, in order."""
-    user = await sync_to_async(get_user_model().objects.create_user)("follower-dave")
-    conversation_id = await sync_to_async(make_conversation)(user)
-    frames: list[dict[str, Any]] = []
-
-    async def send(frame: dict[str, Any]) -> None:
-        frames.append(frame)
-
-    follower = Follower(Scope(tenant="", user=str(user.pk)), conversation_id, send)
+    follower, frames = await recording_follower("follower-dave")
     message_id = uuid.uuid4()
     follower.message_id, follower.state = message_id, "alive"
     follower.last_read = follower.last_live = time.monotonic() + 3600  # no read comes due
