@@ -190,16 +190,17 @@ def test_a_delete_mid_turn_waits_for_the_producer_instead_of_deadlocking():
     import time
     import uuid
 
-    from django.db import connections, transaction
+    from django.db import transaction
 
     from agent_persistence.models import Conversation, TurnSupervision
     from agent_persistence.stores.fencing import fence
     from agent_persistence.stores.supervision import SupervisionStore
+    from agent_persistence.testing.concurrency import run_in_threads
 
     store = ConversationStore()
     conversation = store.create(OWNER)
     epoch = SupervisionStore().claim(OWNER, conversation.pk, message_id=uuid.uuid4()).epoch
-    fenced, outcomes = threading.Event(), {}
+    fenced = threading.Event()
 
     def waiting_on_a_lock() -> bool:
         """Whether another backend waits on a lock (asked inside the producer's transaction, hence the cleared snapshot)."""
@@ -210,38 +211,24 @@ def test_a_delete_mid_turn_waits_for_the_producer_instead_of_deadlocking():
             )
             return cursor.fetchone()[0] > 0
 
-    def produce() -> None:
-        try:
-            with transaction.atomic():
-                fence(conversation.pk, epoch)
-                fenced.set()
-                deadline = time.monotonic() + 10
-                while not waiting_on_a_lock():
-                    assert time.monotonic() < deadline, "the delete never waited on a lock"
-                    time.sleep(0.01)
-                Conversation.objects.select_for_update().get(pk=conversation.pk)
-                Conversation.objects.filter(pk=conversation.pk).update(title="sealed")
-            outcomes["producer"] = "committed"
-        except Exception as exc:  # noqa: BLE001 - the assertion below names it
-            outcomes["producer"] = exc
-        finally:
-            connections.close_all()
+    def produce() -> str:
+        with transaction.atomic():
+            fence(conversation.pk, epoch)
+            fenced.set()
+            deadline = time.monotonic() + 10
+            while not waiting_on_a_lock():
+                assert time.monotonic() < deadline, "the delete never waited on a lock"
+                time.sleep(0.01)
+            Conversation.objects.select_for_update().get(pk=conversation.pk)
+            Conversation.objects.filter(pk=conversation.pk).update(title="sealed")
+        return "committed"
 
-    def delete() -> None:
-        try:
-            assert fenced.wait(10)
-            store.delete(OWNER, conversation.pk)
-            outcomes["delete"] = "deleted"
-        except Exception as exc:  # noqa: BLE001
-            outcomes["delete"] = exc
-        finally:
-            connections.close_all()
+    def delete() -> str:
+        assert fenced.wait(10)
+        store.delete(OWNER, conversation.pk)
+        return "deleted"
 
-    threads = [threading.Thread(target=produce), threading.Thread(target=delete)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert outcomes == {"producer": "committed", "delete": "deleted"}
+    # Each outcome is a result or the exception raised (deadlock detected, under the old lock order).
+    assert run_in_threads(2, lambda index: produce() if index == 0 else delete(), timeout=30) == ["committed", "deleted"]
     assert not Conversation.objects.filter(pk=conversation.pk).exists()
     assert not TurnSupervision.objects.filter(pk=conversation.pk).exists()

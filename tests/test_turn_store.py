@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from agent_persistence.runtime import hooks
 from agent_persistence.signals import conversation_updated
 from agent_persistence.stores.turns import TurnStore
 from agent_persistence.testing.family import frozen_clock
@@ -24,11 +25,13 @@ TOOL_CALLS = [{"id": "call_1", "type": "function", "function": {"name": "lookup"
 
 
 def sealed_views(capture: Any, seal_it: Any) -> list[Any]:
-    """The ``view`` of every ``conversation_updated`` sent while ``seal_it()`` runs and commits."""
+    """The store's view of the sealed turn, as a receiver of each ``conversation_updated`` sent while
+    ``seal_it()`` runs and commits reads it; the signal itself carries ids only."""
     views: list[Any] = []
 
     def receiver(sender: Any, **kwargs: Any) -> None:
-        views.append(kwargs["view"])
+        assert set(kwargs) == {"signal", "tenant", "conversation_id", "message_id", "run_id"}
+        views.append(hooks.sealed_view(kwargs["message_id"]))
 
     conversation_updated.connect(receiver)
     try:
@@ -62,6 +65,7 @@ def test_the_signal_carries_the_sealed_turn_exactly_as_read_turn_reads_it(
     ))
     read = store.read_turn(OWNER, plan.conversation_id)
     assert view.final is not None and view.record is None
+    assert hooks.sealed_view(plan.message_id) is None  # only during the announcement
     assert dataclasses.replace(read, record=None, replica="", heartbeat_age=None) == view
 
 

@@ -577,9 +577,9 @@ def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_
     from here, so the database thread never waits on the layer.
     """
     payload = {"kind": "sealed", "conversation_id": str(conversation_id), "message_id": str(message_id), "run_id": str(run_id)}
-    view = kwargs.get("view")
-    # This process's followers apply the sealed turn the store passed (a read would return the same
-    # rows); other processes' followers read it, since the layer carries ids only.
+    view = hooks.sealed_view(message_id)
+    # This process's followers apply the sealed turn the store announced (a read would return the
+    # same rows); other processes' followers read it, since the layer carries ids only.
     hub.publish(conversation_id, payload if view is None else {**payload, "view": view})
     if not layer_spans_processes():
         return

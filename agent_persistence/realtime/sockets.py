@@ -31,7 +31,7 @@ from django.db import close_old_connections
 from ..conf import app_settings
 from ..models import Conversation
 from ..scope import Scope
-from ..stores.turns import can_read
+from ..stores.base import can_read
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -66,3 +68,25 @@ def publish_activity(update: ActivityUpdate) -> None:
         except Exception:  # noqa: BLE001 - delivery must never break the turn
             logger.exception("An activity listener failed for conversation %s", update.conversation_id)
 
+
+
+#: The sealed turn being announced: the turn store's view of it (a ``TurnView``) while
+#: ``conversation_updated`` (ids only) is sent, for receivers in this process.
+_sealed_view: ContextVar[Any] = ContextVar("agent_persistence_sealed_view", default=None)
+
+
+@contextmanager
+def sealing(view: Any) -> Iterator[None]:
+    """Within the block (the signal's send), :func:`sealed_view` gives ``view``."""
+    token = _sealed_view.set(view)
+    try:
+        yield
+    finally:
+        _sealed_view.reset(token)
+
+
+def sealed_view(message_id: uuid.UUID) -> Any:
+    """The store's view of the sealed turn ``message_id`` while it is being announced; None otherwise
+    (a signal sent by other code, or for another turn)."""
+    view = _sealed_view.get()
+    return view if view is not None and view.message_id == message_id else None

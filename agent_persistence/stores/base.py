@@ -615,6 +615,20 @@ def may_read(scope: Scope, conversation_pk: uuid.UUID) -> Exists:
     return Exists(Conversation.objects.filter(readable(scope), pk=conversation_pk))
 
 
+def can_read(scope: Scope, conversation: Conversation) -> bool:
+    """Whether ``scope`` may read this loaded conversation (the check :func:`readable` makes in SQL)."""
+    return conversation.tenant == scope.tenant and (conversation.owner == scope.user or conversation.shared)
+
+
+def check_writable(scope: Scope, conversation: Conversation | None) -> Conversation:
+    """The loaded conversation if ``scope`` owns it; a reader gets 403, anyone else 404, whether or not it exists."""
+    if conversation is None or not can_read(scope, conversation):
+        raise NotFound("No such conversation.")
+    if conversation.owner != scope.user:
+        raise ConversationNotOwned()
+    return conversation
+
+
 def writable_conversation(scope: Scope, conversation_id: Any, *, for_update: bool = False) -> Conversation:
     """The conversation if ``scope`` owns it.
 

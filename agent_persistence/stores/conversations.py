@@ -40,6 +40,7 @@ from .base import (
     async_twin,
     bump_counter,
     check_scope,
+    check_writable,
     clean_datetime,
     clean_json,
     clean_object,
@@ -615,8 +616,8 @@ class ConversationStore:
             # with a producer that holds its fence and appends (a seal mid-turn). The conversation's
             # lock makes a concurrent message or file write wait for the delete (and then find
             # nothing) instead of slipping a child row in after the cascade was collected.
-            lock_turn(pk)
-            writable_conversation(scope, pk).delete()
+            _, conversation = lock_turn(pk)
+            check_writable(scope, conversation).delete()
 
     def share(self, scope: Scope, conversation_id: Any, shared: Any = True) -> Conversation:
         """Make the conversation readable (or not) by everyone of its tenant; an update."""

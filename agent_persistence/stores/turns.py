@@ -37,13 +37,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Busy, ConversationNotOwned, Fenced, Gone, NotFound, PendingInterrupts, Validation
+from ..exceptions import Busy, Fenced, Gone, NotFound, PendingInterrupts, Validation
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
 from ..scope import Scope
 from ..statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus, TurnState
 from . import appends
-from .base import async_twin, bump_counter, check_scope, lookup_id, parse_id
+from .base import async_twin, bump_counter, can_read, check_scope, check_writable, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import MessageInput, clean_agent, clean_message, insert_message, message_conflict
 from .events import EventStore
@@ -75,19 +75,6 @@ def create_locked(scope: Scope, pk: uuid.UUID, *, agent: str, now: datetime) -> 
     except IntegrityError:
         # PostgreSQL made us wait for the other insert's commit: lock again, supervision row first.
         return None
-
-
-def can_read(scope: Scope, conversation: Conversation) -> bool:
-    return conversation.tenant == scope.tenant and (conversation.owner == scope.user or conversation.shared)
-
-
-def check_writable(scope: Scope, conversation: Conversation | None) -> Conversation:
-    """The conversation if ``scope`` owns it; a reader gets 403, anyone else 404, whether or not it exists."""
-    if conversation is None or not can_read(scope, conversation):
-        raise NotFound("No such conversation.")
-    if conversation.owner != scope.user:
-        raise ConversationNotOwned()
-    return conversation
 
 
 # -- writes under the locks -------------------------------------------------------------------
@@ -197,13 +184,18 @@ def unknown_agent(name: str) -> Validation:
 
 def announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID | None,
              view: TurnView | None = None) -> None:
-    """``conversation_updated``, once the transaction that sealed the turn has committed."""
+    """``conversation_updated`` (ids only), once the transaction that sealed the turn has committed.
+
+    ``view`` is the sealed turn as :meth:`TurnStore.read_turn` would read it now; receivers in this
+    process get it from :func:`..runtime.hooks.sealed_view` during the send.
+    """
+    from ..runtime import hooks
     from ..signals import conversation_updated
 
-    conversation_updated.send(
-        sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id,
-        view=view,
-    )
+    with hooks.sealing(view):
+        conversation_updated.send(
+            sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id
+        )
 
 
 def final_of(content: Any, tool_calls: Any, metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -571,7 +563,7 @@ class TurnStore:
         )
         self.events.append(scope, pk, [idle_event(answer.id, run_id, stop_reason, error)], run_id=run_id)
         # The sealed turn as read_turn reads it once this commits: followers in this process apply it
-        # without reading it back (the signal's ``view``).
+        # without reading it back (see announce).
         fields = answer.fields
         view = TurnView(
             state=SupervisionStatus(seal.supervision_status).value, message_id=answer.id, run_id=run_id, epoch=epoch,

@@ -207,3 +207,33 @@ def test_the_hub_forgets_the_consumers_of_a_closed_loop_also_with_a_delivery_pen
     loop.close()
     hub.publish(conversation_id, {"n": 2})
     assert hub.count(conversation_id) == 0 and hub._pending == {}
+
+
+async def test_the_hub_gets_the_stores_view_of_an_announced_seal_and_the_layer_ids_only(layer: RecordingLayer) -> None:
+    """During the store's announcement the receiver hands this process's followers the sealed turn's view;
+    the signal's own arguments and what goes over the layer stay ids only."""
+    from agent_persistence.realtime.delivery import hub
+    from agent_persistence.runtime import hooks
+    from agent_persistence.stores.protocols import TurnView
+
+    conversation_id, message_id, run_id = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    view = TurnView(state="done", message_id=message_id, run_id=run_id, epoch=1, final={"message": {}, "stop_reason": "completed", "error": None})
+    received: list[dict[str, Any]] = []
+    subscription = hub.subscribe(conversation_id, received.append)
+    try:
+        def announce() -> None:
+            with hooks.sealing(view):
+                delivery.on_conversation_updated(None, conversation_id=conversation_id, message_id=message_id, run_id=run_id)
+            # Another sender of the signal (no announcement in progress): ids only, the follower reads.
+            delivery.on_conversation_updated(None, conversation_id=conversation_id, message_id=message_id, run_id=run_id)
+
+        await sync_to_async(announce)()
+        await wait_for_seal(layer)
+        for _ in range(100):
+            if len(received) == 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        hub.unsubscribe(subscription)
+    assert [payload.get("view") for payload in received] == [view, None]
+    assert all("view" not in payload for payload in relayed_payloads(layer))
