@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import threading
 import time
@@ -10,10 +11,12 @@ import uuid
 from typing import Any, Iterator
 
 import pytest
+from django.apps import apps
 from django.db import OperationalError, connection, connections, transaction
 
 from agent_persistence.exceptions import Fenced
 from agent_persistence.models import AgentCheckpoint, Conversation, TurnSupervision
+from agent_persistence.stores import checkpoints
 from agent_persistence.stores.checkpoints import CheckpointStore
 from agent_persistence.stores.supervision import SupervisionStore
 from agent_persistence.testing.actors import ALICE
@@ -150,3 +153,73 @@ def test_utf8_text_is_bound_as_text_on_every_backend() -> None:
         assert execute_bound("SELECT pg_typeof(%s)::text", [Utf8Text(b"x")]) == [("text",)]
         with pytest.raises(DataError), transaction.atomic():  # not UTF-8: the server's refusal, as Django's error
             execute_bound("SELECT %s", [Utf8Text(b"\xff")])
+
+
+def save_function_calls() -> int:
+    """How often this transaction called the save function (``track_functions`` must be on in it)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = %s",
+                       [checkpoints.SAVE_FUNCTION])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the save function: PostgreSQL")
+def test_a_save_runs_the_function_of_migration_0011_and_keeps_the_callers_lock_bound(settings: Any) -> None:
+    """Migration 0011 creates the save function and a save calls it (PL/pgSQL keeps its plans, nothing is
+    prepared by name); the function puts the caller's own lock bound back when it returns."""
+    conversation = Conversation.objects.create(tenant=ALICE.tenant, owner=ALICE.user)
+    claim = SupervisionStore().claim(ALICE, conversation.pk, message_id=uuid.uuid4())
+    store = CheckpointStore()
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "PRODUCER_LOCK_TIMEOUT": 0.2}
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL track_functions = 'pl'")
+        cursor.execute("SET LOCAL lock_timeout = '7s'")
+    for n in range(3):
+        store.save(conversation.pk, {"n": n}, epoch=claim.epoch)
+    with pytest.raises(Fenced):
+        store.save(conversation.pk, {"n": "stale"}, epoch=claim.epoch + 1)
+    assert save_function_calls() == 4
+    assert store.load(conversation.pk) == {"n": 2}
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone() == ("7s",)
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone() == (0,)
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the save function: PostgreSQL")
+def test_a_database_without_the_save_function_saves_by_the_one_statement() -> None:
+    """A database built without migrations lacks the function: the save takes the one statement instead,
+    with the same fence, and the caller's transaction stays usable."""
+    migration = importlib.import_module("agent_persistence.migrations.0011_checkpoint_save_function")
+    conversation = Conversation.objects.create(tenant=ALICE.tenant, owner=ALICE.user)
+    claim = SupervisionStore().claim(ALICE, conversation.pk, message_id=uuid.uuid4())
+    store = CheckpointStore()
+    with connection.schema_editor() as editor:  # rolled back with the test's transaction
+        migration.drop_function(apps, editor)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT to_regprocedure(%s)", [migration.SIGNATURE])
+            assert cursor.fetchone() == (None,)
+        store.save(conversation.pk, {"n": 1}, epoch=claim.epoch)
+        assert connection.connection in checkpoints._WITHOUT_FUNCTION
+        with pytest.raises(Fenced):
+            store.save(conversation.pk, {"n": "stale"}, epoch=claim.epoch + 1)
+        AgentCheckpoint.objects.filter(pk=conversation.pk).update(epoch=claim.epoch + 5)
+        with pytest.raises(Fenced):
+            store.save(conversation.pk, {"n": "older"}, epoch=claim.epoch)
+        assert store.load(conversation.pk) == {"n": 1}
+
+        with connection.schema_editor() as editor:
+            migration.create_function(apps, editor)
+        checkpoints._WITHOUT_FUNCTION.discard(connection.connection)
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL track_functions = 'pl'")
+        AgentCheckpoint.objects.filter(pk=conversation.pk).update(epoch=claim.epoch)
+        store.save(conversation.pk, {"n": 2}, epoch=claim.epoch)
+        assert save_function_calls() == 1
+        assert store.load(conversation.pk) == {"n": 2}
+    finally:
+        checkpoints._WITHOUT_FUNCTION.discard(connection.connection)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -19,7 +20,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Exists, JSONField, Model, Q, Subquery
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
@@ -272,18 +273,28 @@ def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     the server to parse. Elsewhere, Django's cursor (a :class:`Utf8Text`
     decoded). A statement that returns no rows (no ``RETURNING``) gives ``[]``.
     """
-    if connection.vendor != "postgresql":
+    db = connections[DEFAULT_DB_ALIAS]  # the proxy ``connection`` looks the wrapper up again on every attribute
+    if db.vendor != "postgresql":
         params = [param.data.decode() if isinstance(param, Utf8Text) else param for param in params]
-        with connection.cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
     import psycopg
 
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.adapters.register_dumper(Utf8Text, _utf8_text_dumper())
+    db.ensure_connection()
+    raw = db.connection
+    if raw not in _BINDING_UTF8_TEXT:
+        # Once per connection: a dumper registered on each cursor would copy the adapters and lose their caches.
+        raw.adapters.register_dumper(Utf8Text, _utf8_text_dumper())
+        _BINDING_UTF8_TEXT.add(raw)
+    with db.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description else []
+        result = cursor.pgresult
+        return cursor.fetchall() if result is not None and result.nfields else []  # cheaper than ``description``
+
+
+#: psycopg connections whose adapters dump :class:`Utf8Text` (Django's, each a private copy of psycopg's defaults).
+_BINDING_UTF8_TEXT: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)

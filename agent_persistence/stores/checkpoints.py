@@ -8,15 +8,17 @@ Saves are fenced by the producer's epoch; a state whose JSON is larger than
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import uuid
+import weakref
 from typing import Any
 
 import orjson
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, ProgrammingError, connection, transaction
 from django.utils import timezone
 
 from .. import json_policy
@@ -72,8 +74,45 @@ def clean_state(state: Any) -> tuple[dict[str, Any], int]:
     return json.loads(text), size
 
 
+#: The save function of migration 0011 and its call (the casts pick the signature whatever psycopg binds).
+SAVE_FUNCTION = "agent_persistence_save_checkpoint"
+#: SQLSTATE undefined_function: the database lacks the save function (or has another signature of it).
+UNDEFINED_FUNCTION = "42883"
+_CALL_SQL = f"SELECT {SAVE_FUNCTION}(%s::text, %s::uuid, %s::bigint, %s::text, %s::bigint, %s::uuid, %s::timestamptz)"
+
+#: psycopg connections whose database lacks the save function (built without migrations): they use the statement.
+_WITHOUT_FUNCTION: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _save_on_postgresql(pk: uuid.UUID, encoded: bytes, values: dict[str, Any], epoch: int) -> bool:
+    """PostgreSQL: the fence and the upsert in one round trip; whether it wrote.
+
+    The function of migration 0011 (``agent_persistence_save_checkpoint``)
+    runs both, with plans PL/pgSQL keeps for the session, so only a trivial
+    ``SELECT`` is planned per call. Where the database lacks it, the same work
+    as one statement (:func:`_save_in_one_statement`), planned every time.
+    Inside a caller's transaction either one is a savepoint of it, so a
+    failure leaves the caller's transaction usable.
+    """
+    atomic = transaction.atomic if connection.in_atomic_block else contextlib.nullcontext
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw not in _WITHOUT_FUNCTION:
+        params = [str(lock_wait_milliseconds()), pk, values["epoch"], Utf8Text(encoded), values["size"],
+                  values["message_id"], values["saved_at"]]
+        try:
+            with atomic():
+                return bool(execute_bound(_CALL_SQL, params)[0][0])
+        except ProgrammingError as error:
+            if getattr(error.__cause__, "sqlstate", None) != UNDEFINED_FUNCTION:
+                raise
+            _WITHOUT_FUNCTION.add(raw)
+    with atomic():
+        return _save_in_one_statement(pk, encoded, values, epoch)
+
+
 def _save_in_one_statement(pk: uuid.UUID, encoded: bytes, values: dict[str, Any], epoch: int) -> bool:
-    """PostgreSQL: the fence and the upsert as one statement; whether it wrote.
+    """PostgreSQL without the save function: the fence and the upsert as one statement; whether it wrote.
 
     ``WITH bound AS (SELECT set_config('lock_timeout', ..., true)), fence AS
     (UPDATE supervision ... AND EXISTS (SELECT FROM bound) RETURNING) INSERT
@@ -153,12 +192,7 @@ class CheckpointStore:
             "saved_at": timezone.now(),
         }
         if connection.vendor == "postgresql":
-            if connection.in_atomic_block:  # a savepoint: a failure leaves the caller's transaction usable
-                with transaction.atomic():
-                    wrote = _save_in_one_statement(pk, encoded, values, epoch)
-            else:
-                wrote = _save_in_one_statement(pk, encoded, values, epoch)
-            if not wrote:
+            if not _save_on_postgresql(pk, encoded, values, epoch):
                 raise Fenced(conversation_id=str(pk), epoch=epoch)
             return
         values["state"] = encoded.decode()
