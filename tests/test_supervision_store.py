@@ -7,7 +7,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agent_persistence.exceptions import Fenced
@@ -69,3 +69,29 @@ def test_a_caller_that_locks_the_conversation_after_lock_supervision_never_deadl
         for conversation in conversations:
             row = store.read(conversation.pk)
             store.finish(conversation.pk, epoch=row.epoch, message_id=row.message_id, status="done")
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="heap-only updates: PostgreSQL")
+def test_a_heartbeat_stamp_is_a_heap_only_update() -> None:
+    """Migration 0012: no index holds ``heartbeat_at``, so the fence, a checkpoint save and the batched
+    heartbeat stamp it without new index entries (PostgreSQL counts them as HOT updates)."""
+    from agent_persistence.models import TurnSupervision
+    from agent_persistence.stores.checkpoints import CheckpointStore
+
+    conversation = Conversation.objects.create(tenant=ALICE.tenant, owner=ALICE.user)
+    claim = SupervisionStore().claim(ALICE, conversation.pk, message_id=uuid.uuid4())
+
+    def updates() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = %s::regclass",
+                           [TurnSupervision._meta.db_table])
+            return cursor.fetchone()
+
+    before = updates()
+    with transaction.atomic():
+        fence(conversation.pk, claim.epoch)
+    CheckpointStore().save(conversation.pk, {"n": 1}, epoch=claim.epoch)
+    assert SupervisionStore().heartbeat_many([(conversation.pk, claim.epoch)]) == set()
+    after = updates()
+    assert (after[0] - before[0], after[1] - before[1]) == (3, 3)

@@ -39,7 +39,8 @@ class TurnSupervision(models.Model):
         verbose_name = _("turn supervision")
         verbose_name_plural = _("turn supervision")
         indexes = [
-            models.Index(fields=["heartbeat_at"], name="ap_supervision_running", condition=Q(status="running")),
+            # The running rows, by a column no heartbeat changes: a heartbeat is then a HOT update (no index entries).
+            models.Index(fields=["conversation"], name="ap_supervision_live", condition=Q(status="running")),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=SupervisionStatus.values), name="ap_supervision_status_valid"),
