@@ -262,8 +262,9 @@ def _utf8_text_dumper() -> type:
     return Utf8TextDumper
 
 
-def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Run ``sql`` on the default connection with its parameters sent apart from it; the rows it returns.
+def execute_bound(sql: str, params: Sequence[Any], *, db: Any = None) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on the default connection (``db``, its wrapper, when the caller has it) with its
+    parameters sent apart from it; the rows it returns.
 
     PostgreSQL: a psycopg cursor binding server-side, on Django's connection (so
     in its transaction and under its ``prepare_threshold``: Django's default
@@ -273,7 +274,8 @@ def execute_bound(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     the server to parse. Elsewhere, Django's cursor (a :class:`Utf8Text`
     decoded). A statement that returns no rows (no ``RETURNING``) gives ``[]``.
     """
-    db = connections[DEFAULT_DB_ALIAS]  # the proxy ``connection`` looks the wrapper up again on every attribute
+    if db is None:
+        db = connections[DEFAULT_DB_ALIAS]  # the proxy ``connection`` looks the wrapper up again on every attribute
     if db.vendor != "postgresql":
         params = [param.data.decode() if isinstance(param, Utf8Text) else param for param in params]
         with db.cursor() as cursor:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, ProgrammingError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, ProgrammingError, connection, connections, transaction
 from django.utils import timezone
 
 from .. import json_policy
@@ -84,8 +84,8 @@ _CALL_SQL = f"SELECT {SAVE_FUNCTION}(%s::text, %s::uuid, %s::bigint, %s::text, %
 _WITHOUT_FUNCTION: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _save_on_postgresql(pk: uuid.UUID, encoded: bytes, values: dict[str, Any], epoch: int) -> bool:
-    """PostgreSQL: the fence and the upsert in one round trip; whether it wrote.
+def _save_on_postgresql(db: Any, pk: uuid.UUID, encoded: bytes, values: dict[str, Any]) -> bool:
+    """PostgreSQL: the fence and the upsert in one round trip on ``db`` (the default connection); whether it wrote.
 
     The function of migration 0011 (``agent_persistence_save_checkpoint``)
     runs both, with plans PL/pgSQL keeps for the session, so only a trivial
@@ -94,24 +94,24 @@ def _save_on_postgresql(pk: uuid.UUID, encoded: bytes, values: dict[str, Any], e
     Inside a caller's transaction either one is a savepoint of it, so a
     failure leaves the caller's transaction usable.
     """
-    atomic = transaction.atomic if connection.in_atomic_block else contextlib.nullcontext
-    connection.ensure_connection()
-    raw = connection.connection
+    atomic = transaction.atomic if db.in_atomic_block else contextlib.nullcontext
+    db.ensure_connection()
+    raw = db.connection
     if raw not in _WITHOUT_FUNCTION:
         params = [str(lock_wait_milliseconds()), pk, values["epoch"], Utf8Text(encoded), values["size"],
                   values["message_id"], values["saved_at"]]
         try:
             with atomic():
-                return bool(execute_bound(_CALL_SQL, params)[0][0])
+                return bool(execute_bound(_CALL_SQL, params, db=db)[0][0])
         except ProgrammingError as error:
             if getattr(error.__cause__, "sqlstate", None) != UNDEFINED_FUNCTION:
                 raise
             _WITHOUT_FUNCTION.add(raw)
     with atomic():
-        return _save_in_one_statement(pk, encoded, values, epoch)
+        return _save_in_one_statement(pk, encoded, values)
 
 
-def _save_in_one_statement(pk: uuid.UUID, encoded: bytes, values: dict[str, Any], epoch: int) -> bool:
+def _save_in_one_statement(pk: uuid.UUID, encoded: bytes, values: dict[str, Any]) -> bool:
     """PostgreSQL without the save function: the fence and the upsert as one statement; whether it wrote.
 
     ``WITH bound AS (SELECT set_config('lock_timeout', ..., true)), fence AS
@@ -128,7 +128,7 @@ def _save_in_one_statement(pk: uuid.UUID, encoded: bytes, values: dict[str, Any]
     encoded again.
     """
     # PostgreSQL's adapters take these values as they are (what Django's get_db_prep_value gives there).
-    params = [str(lock_wait_milliseconds()), values["saved_at"], pk, epoch, SupervisionStatus.RUNNING.value,
+    params = [str(lock_wait_milliseconds()), values["saved_at"], pk, values["epoch"], SupervisionStatus.RUNNING.value,
               pk, Utf8Text(encoded), values["size"], values["message_id"], values["epoch"], values["saved_at"]]
     return bool(execute_bound(_save_sql(), params))  # the state is bound, not inlined
 
@@ -191,8 +191,9 @@ class CheckpointStore:
             "epoch": clean_lease_epoch(epoch),
             "saved_at": timezone.now(),
         }
-        if connection.vendor == "postgresql":
-            if not _save_on_postgresql(pk, encoded, values, epoch):
+        db = connections[DEFAULT_DB_ALIAS]  # once: each attribute of the proxy ``connection`` looks it up again
+        if db.vendor == "postgresql":
+            if not _save_on_postgresql(db, pk, encoded, values):
                 raise Fenced(conversation_id=str(pk), epoch=epoch)
             return
         values["state"] = encoded.decode()
