@@ -181,7 +181,7 @@ class CheckpointStore:
         Fenced (and nothing written) when ``epoch`` no longer holds a running
         turn of the conversation or a newer epoch's checkpoint is stored. The
         state is encoded once and stored as its JSON text; on PostgreSQL the
-        fence and the write are one statement.
+        fence and the write are one call of the save function (migration 0011).
         """
         pk = lookup_id(conversation_id)
         encoded = encode_state_utf8(state)
