@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prepare-threshold", type=int, default=None, metavar="N",
                         help="the store's connection prepares statements by name after N runs, as psycopg's "
                              "prepare_threshold (default: Django's, nothing prepared; langgraph's connection uses 0)")
+    parser.add_argument("--paths", action="store_true",
+                        help="instead: the save's statements on a raw connection, nothing prepared (the one "
+                             "statement, the save function, a no-op commit) and a heartbeat stamp with and "
+                             "without heartbeat_at indexed (calls: 5 x ops x rounds each)")
 
 
 def blob(size: int) -> dict[str, Any]:
@@ -103,6 +107,8 @@ class LangGraph:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     ensure_database(FULL_DATABASE)
+    if args.paths:
+        return run_paths(args, started)
     if args.prepare_threshold is not None:
         from django.db import connection
 
@@ -169,8 +175,84 @@ def run(args: argparse.Namespace) -> int:
 
 
 def cleanup(lg_connection: Any) -> None:
+    cleanup_conversations()
+    for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
+        lg_connection.execute(f"DELETE FROM {table} WHERE thread_id LIKE %s", [THREAD_PREFIX + "%"])
+
+
+#: The two copies of the supervision table of ``--paths``: the index of migration 0012, and the one it replaced.
+STAMP_TABLES = {
+    "heartbeat stamp, running rows indexed by conversation (HOT)": ("bench_stamp_hot", "conversation_id"),
+    "heartbeat stamp, heartbeat_at indexed (before 0012)": ("bench_stamp_indexed", "heartbeat_at"),
+}
+
+
+def run_paths(args: argparse.Namespace, started: float) -> int:
+    """Server-side cost of the save's paths, each call alternating in a shuffled order, one raw connection."""
+    import datetime
+    import json
+    import random
+
+    import psycopg
+
+    from agent_persistence.stores.checkpoints import _CALL_SQL, _save_sql
+
+    facts_connection = psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True)
+    facts = machine_facts(facts_connection)
+    facts_connection.close()
+    raw = psycopg.connect(conninfo_for(FULL_DATABASE), autocommit=True, prepare_threshold=None)  # as Django's
+    conversation_id, epoch, _ = claimed_conversation()
+    text = json.dumps(blob(SIZES["1 KB"]))
+    try:
+        for table, column in STAMP_TABLES.values():
+            raw.execute(f"DROP TABLE IF EXISTS {table}")
+            raw.execute(f"CREATE TABLE {table} (LIKE agent_persistence_turnsupervision INCLUDING DEFAULTS)")
+            raw.execute(f"ALTER TABLE {table} ADD PRIMARY KEY (conversation_id)")
+            raw.execute(f"CREATE INDEX ON {table} ({column}) WHERE status = 'running'")
+            raw.execute(f"INSERT INTO {table} SELECT * FROM agent_persistence_turnsupervision WHERE conversation_id = %s",
+                        [conversation_id])
+
+        def now() -> datetime.datetime:
+            return datetime.datetime.now(datetime.timezone.utc)
+
+        calls: dict[str, tuple[str, Callable[[], list[Any]]]] = {
+            "save, the one statement (without the function)": (_save_sql(), lambda: [
+                "5000", now(), conversation_id, epoch, "running", conversation_id, text, len(text), None, epoch, now()]),
+            "save, the function of migration 0011": (_CALL_SQL, lambda: [
+                "5000", conversation_id, epoch, text, len(text), None, now()]),
+            "a no-op single-row UPDATE (the commit alone)": (
+                "UPDATE agent_persistence_turnsupervision SET replica = replica WHERE conversation_id = %s",
+                lambda: [conversation_id]),
+        }
+        for label, (table, _) in STAMP_TABLES.items():
+            calls[label] = (f"UPDATE {table} SET heartbeat_at = %s WHERE conversation_id = %s",
+                            lambda: [now(), conversation_id])
+        samples: dict[str, list[float]] = {label: [] for label in calls}
+        order = list(calls.items())
+        count = args.ops * args.rounds * 5
+        progress(f"{count} calls of each, shuffled")
+        for _ in range(count):
+            random.shuffle(order)
+            for label, (sql, params) in order:
+                values = params()
+                begun = time.perf_counter()
+                raw.execute(sql, values)
+                samples[label].append(time.perf_counter() - begun)
+    finally:
+        for table, _ in STAMP_TABLES.values():
+            raw.execute(f"DROP TABLE IF EXISTS {table}")
+        raw.close()
+        cleanup_conversations()
+    facts.append(("took", f"{time.monotonic() - started:.0f} s"))
+    print(format_facts(facts))
+    print()
+    table_rows = [(label, "ms", format_value(percentile(values, 0.5) * 1000), format_value(percentile(values, 0.99) * 1000))
+                  for label, values in samples.items()]
+    print(format_rows(("statement (1 KB state, autocommit, nothing prepared)", "unit", "p50", "p99"), table_rows))
+    return 0
+
+
+def cleanup_conversations() -> None:
     from agent_persistence.models import Conversation
 
     Conversation.objects.filter(tenant=SCOPE.tenant).delete()
-    for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
-        lg_connection.execute(f"DELETE FROM {table} WHERE thread_id LIKE %s", [THREAD_PREFIX + "%"])

@@ -3,10 +3,10 @@
 Every fenced write stamps ``heartbeat_at`` (each recording flush, checkpoint save and event of a
 producer, and the heartbeat itself). While a column of an index changed with it, each stamp was
 a new row version with new entries in both of the table's indexes. Now no index holds the
-column, so PostgreSQL can make the stamp a heap-only (HOT) update: for the checkpoint save's
-one statement that took 0.455 ms where it took 0.494 (median of 8 blocks of 300 on the
-benchmark machine), and the indexes stop growing with the heartbeats. The dead-turn queries
-still find the running rows through the partial index and sort the few they match.
+column, so PostgreSQL can make the stamp a heap-only (HOT) update and the indexes stop growing
+with the heartbeats (``python -m benchmarks checkpoints --paths`` times a stamp both ways). The
+dead-turn queries still find the running rows through the partial index and sort the few they
+match.
 
 The new index is made before the old one goes, so the reaper is never without one.
 """
