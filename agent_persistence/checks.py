@@ -60,6 +60,9 @@ POSITIVE_NUMBERS = (
     "WS_TICKET_TTL",
 )
 
+# Caps that are a whole number of 1 or more, or None for no cap.
+WHOLE_NUMBERS_OR_NONE = ("WEBSOCKET_MAX_PER_USER", "SSE_MAX_PER_USER", "WS_TICKETS_PER_MINUTE")
+
 # The largest single value each backend stores in a JSON or blob column.
 BACKEND_VALUE_LIMITS = {
     "postgresql": 255 * 1024 * 1024,  # jsonb values are capped at 256 MB
@@ -113,11 +116,13 @@ def _check_numbers() -> list[Any]:
         )
     if app_settings.raw("DEFAULT_PAGE_SIZE") > app_settings.raw("MAX_PAGE_SIZE"):
         errors.append(Error(f"{SETTING_NAME}['DEFAULT_PAGE_SIZE'] must not exceed MAX_PAGE_SIZE.", id="agent_persistence.E003"))
-    cap = app_settings.raw("WEBSOCKET_MAX_PER_USER")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        errors.append(
-            Error(f"{SETTING_NAME}['WEBSOCKET_MAX_PER_USER'] must be a whole number, 1 or more, or None.", id="agent_persistence.E003")
-        )
+    for key in WHOLE_NUMBERS_OR_NONE:
+        cap = app_settings.raw(key)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            errors.append(Error(f"{SETTING_NAME}[{key!r}] must be a whole number, 1 or more, or None.", id="agent_persistence.E003"))
+    attempts = app_settings.raw("MAX_RESUME_ATTEMPTS")
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        errors.append(Error(f"{SETTING_NAME}['MAX_RESUME_ATTEMPTS'] must be a whole number, 1 or more.", id="agent_persistence.E003"))
     return errors
 
 

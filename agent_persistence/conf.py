@@ -54,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "SEAL_RETRY_FOR": 300.0,
     "REAPER_ENABLED": False,
     "REAPER_INTERVAL": 5.0,
+    # Resumes of one turn that may fail (the producer died or raised before its seal) before the
+    # reaper closes the turn out as errored with its partial answer instead of resuming it again.
+    "MAX_RESUME_ATTEMPTS": 3,
     # Identifies this server process in supervision rows; None: "<hostname>:<pid>".
     "REPLICA_ID": None,
     # Websockets: open sockets per user in one server process (None: no cap; the excess is
@@ -62,6 +65,9 @@ DEFAULTS: dict[str, Any] = {
     "WEBSOCKET_MAX_PER_USER": 100,
     "WEBSOCKET_ACCESS_CHECK_INTERVAL": 2.0,
     "WEBSOCKET_IDLE_POLL_MAX": 5.0,
+    # Server-sent event streams (AG-UI) open per user in one server process (None: no cap; the
+    # excess is refused 429 too_many_streams before any query).
+    "SSE_MAX_PER_USER": 100,
     # Limits, in bytes / rows.
     "MAX_FILE_BYTES": 25 * MIB,
     "MAX_STATE_BYTES": 4 * MIB,
@@ -99,6 +105,8 @@ DEFAULTS: dict[str, Any] = {
     "IMPORT_CLOCK_SKEW": 300.0,
     # Websocket tickets (POST ws-ticket/): seconds a ticket may wait before a socket spends it.
     "WS_TICKET_TTL": 60.0,
+    # Tickets one user may be issued per minute (None: no cap; the excess is 429 too_many_tickets).
+    "WS_TICKETS_PER_MINUTE": 60,
     # Blobs, artifacts and generation runs (TanStack parity, issue 11).
     "BLOB_STORE": "agent_persistence.stores.blobs.BlobStore",
     "ARTIFACT_STORE": "agent_persistence.stores.artifacts.ArtifactStore",
