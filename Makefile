@@ -3,6 +3,8 @@
 #
 #   make demo PORT=8001                       the demo on another port (default 8000)
 #   make test PYTEST_ARGS="tests/test_checks.py -x"
+#   make test-fast                            unit + integration tiers: no server processes,
+#                                             Chromium, Node, fresh project or fault injection
 #   make test PYTHON=python3.12 VENV=.venv/matrix/py3.12 DJANGO='Django>=6,<7'
 #                                             the suite on another interpreter and Django
 #                                             (.ci/run's matrix); one VENV per combination
@@ -14,7 +16,7 @@ PORT ?= 8000
 # A pip requirement that pins Django in $(VENV), e.g. 'Django>=5.2,<5.3'; empty: what pyproject resolves.
 DJANGO ?=
 
-.PHONY: demo test test-postgres bench venv
+.PHONY: demo test test-fast test-postgres bench venv
 
 # Binds 127.0.0.1:PORT as the server would (SO_REUSEADDR, so a recent demo's TIME_WAIT is fine).
 define PORT_IS_FREE
@@ -47,6 +49,9 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
 
 test-postgres: venv
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres} $(BIN)/python -m pytest $(PYTEST_ARGS)
