@@ -37,7 +37,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Busy, Fenced, Gone, NotFound, PendingInterrupts, Validation
+from ..exceptions import Busy, Conflict, Fenced, Gone, NotFound, PendingInterrupts, Validation
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
 from ..scope import Scope
@@ -45,7 +45,7 @@ from ..statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role,
 from . import appends
 from .base import async_twin, bump_counter, can_read, check_scope, check_writable, lookup_id, parse_id
 from .checkpoints import CheckpointStore
-from .conversations import MessageInput, clean_agent, clean_message, insert_message, message_conflict
+from .conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message, insert_message, message_conflict
 from .events import EventStore
 from .fencing import LOCK_ATTEMPTS, contended, fence, limit_lock_wait, lock_turn
 from .interrupts import InterruptStore
@@ -247,6 +247,9 @@ class TurnStore:
         agents = clean_known_agents(known_agents)
         wanted_agent = None if agent is None else clean_agent(agent)
         user_message = clean_message(role=Role.USER, content=content, id=user_message_id, metadata=metadata)
+        if not fresh and (message_id == user_message.id or Message.objects.filter(pk=message_id).exists()):
+            # The answer could never be stored under a taken id: refuse before anything runs.
+            raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
         replica = clean_replica(replica)
         run_id = uuid7()
         if appends.enabled() and (wanted_agent or "") in agents:

@@ -132,6 +132,34 @@ def test_a_turn_takes_the_client_chosen_ids_and_metadata(alice: APIClient, conve
     assert Message.objects.get(pk=message_id).role == "assistant"  # answered by the conversation's agent (echo)
 
 
+@pytest.mark.parametrize("taken", ["own_earlier", "other_tenant", "user_message_id"])
+def test_a_taken_message_id_is_409_message_exists_before_anything_runs(
+    alice: APIClient, conversation: Conversation, taken: str, tenants: None, mallory_user: Any,
+) -> None:
+    """An answer could never be stored under a taken id: the start is refused, not run and left to loop."""
+    if taken == "own_earlier":
+        first = alice.post(url("conversations", conversation.pk, "turns"), {"content": "one"}, format="json")
+        assert first.status_code == 202, first.content
+        wait_until_idle(alice, conversation.pk)
+        message_id = first.json()["message_id"]
+    elif taken == "other_tenant":
+        theirs = Scope(tenant="other", user=str(mallory_user.pk))
+        foreign = conversation_store().create(theirs, agent="echo")
+        message_id = str(conversation_store().append_message(theirs, foreign.pk, role="user", content="theirs").pk)
+    else:
+        message_id = str(uuid.uuid4())
+    messages, runs = Message.objects.count(), Run.objects.count()
+    supervision = list(TurnSupervision.objects.filter(conversation_id=conversation.pk).values_list("epoch", "status"))
+    body = {"content": "two", "message_id": message_id}
+    if taken == "user_message_id":
+        body["user_message_id"] = message_id
+    response = alice.post(url("conversations", conversation.pk, "turns"), body, format="json")
+    assert response.status_code == 409, response.content
+    assert response.json()["code"] == "message_exists"
+    assert (Message.objects.count(), Run.objects.count()) == (messages, runs)
+    assert list(TurnSupervision.objects.filter(conversation_id=conversation.pk).values_list("epoch", "status")) == supervision
+
+
 def test_a_turn_while_one_runs_is_409_conversation_busy_naming_the_occupant(
     alice: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

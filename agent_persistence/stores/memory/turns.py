@@ -23,7 +23,7 @@ from ...models import Conversation, Message, Run, TurnSupervision
 from ...scope import Scope
 from ...statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus
 from ..base import async_twin, check_scope, lookup_id, parse_id
-from ..conversations import MessageInput, clean_agent, clean_message
+from ..conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message
 from ..protocols import Continuation, Seal, TurnPlan, TurnView
 from ..runs import clean_error
 from ..supervision import clean_replica, is_dead, occupant_of, status_of
@@ -137,6 +137,7 @@ class MemoryTurnStore:
     ) -> TurnPlan:
         check_scope(scope)
         pk = parse_id(conversation_id, "conversation")
+        fresh = message_id is None
         message_id = parse_id(message_id, "message_id") if message_id is not None else uuid.uuid4()
         agents = clean_known_agents(known_agents)
         wanted_agent = None if agent is None else clean_agent(agent)
@@ -144,6 +145,8 @@ class MemoryTurnStore:
         replica = clean_replica(replica)
         run_id = uuid7()
         with self.db.lock:
+            if not fresh and (message_id == user_message.id or message_id in self.db.messages):
+                raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
             now = timezone.now()
             conversation = self.db.conversations.get(pk)
             visible = conversation is not None and self.db.may_read(scope, conversation)
