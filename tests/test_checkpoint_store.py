@@ -64,12 +64,66 @@ def supervision_row_locked(conversation_id: uuid.UUID) -> Iterator[None]:
 
 
 
+@contextlib.contextmanager
+def conversation_row_locked(conversation_id: uuid.UUID) -> Iterator[None]:
+    """Another connection holds the conversation row itself (``SELECT ... FOR UPDATE``) meanwhile."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Conversation.objects.select_for_update().get(pk=conversation_id)
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+
+
 def assert_save_times_out(store: CheckpointStore, conversation_id: uuid.UUID, epoch: int) -> None:
     """A save behind a held row lock fails as Django's OperationalError, well within 5 s (the bound is 0.2 s)."""
     started = time.monotonic()
     with pytest.raises(OperationalError):
         store.save(conversation_id, {"n": 2}, epoch=epoch)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks and deferred key checks: PostgreSQL")
+@pytest.mark.parametrize("path", ["function", "one_statement"])
+def test_a_first_save_behind_a_locked_conversation_row_fails_within_the_bound(settings: Any, path: str) -> None:
+    """The first checkpoint of a conversation inserts a row whose key to the conversation is checked at
+    commit (deferred), after the save's own statements: that check's lock wait is bounded too, so a save
+    behind another client's lock on the conversation row fails within PRODUCER_LOCK_TIMEOUT (and is
+    retried by the producer) instead of waiting the lock out; nothing is written, and a save after the
+    lock goes succeeds."""
+    conversation = Conversation.objects.create(tenant=ALICE.tenant, owner=ALICE.user)
+    claim = SupervisionStore().claim(ALICE, conversation.pk, message_id=uuid.uuid4())
+    store = CheckpointStore()
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "PRODUCER_LOCK_TIMEOUT": 0.2}
+    if path == "one_statement":
+        connection.ensure_connection()
+        checkpoints._WITHOUT_FUNCTION.add(connection.connection)
+    try:
+        with conversation_row_locked(conversation.pk):
+            assert_save_times_out(store, conversation.pk, claim.epoch)
+            assert not AgentCheckpoint.objects.filter(pk=conversation.pk).exists()
+        store.save(conversation.pk, {"n": 3}, epoch=claim.epoch)
+        assert store.load(conversation.pk) == {"n": 3}
+        with conversation_row_locked(conversation.pk):  # an update of the stored row checks no key: no wait at all
+            store.save(conversation.pk, {"n": 4}, epoch=claim.epoch)
+        assert store.load(conversation.pk) == {"n": 4}
+    finally:
+        checkpoints._WITHOUT_FUNCTION.discard(connection.connection)
+
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-statement save, bound server-side: PostgreSQL")

@@ -74,7 +74,7 @@ def clean_state(state: Any) -> tuple[dict[str, Any], int]:
     return json.loads(text), size
 
 
-#: The save function of migration 0011 and its call (the casts pick the signature whatever psycopg binds).
+#: The save function of migration 0011 (as 0013 replaced it) and its call (the casts pick the signature whatever psycopg binds).
 SAVE_FUNCTION = "agent_persistence_save_checkpoint"
 #: SQLSTATE undefined_function: the database lacks the save function (or has another signature of it).
 UNDEFINED_FUNCTION = "42883"
@@ -87,8 +87,8 @@ _WITHOUT_FUNCTION: weakref.WeakSet[Any] = weakref.WeakSet()
 def _save_on_postgresql(db: Any, pk: uuid.UUID, encoded: bytes, values: dict[str, Any]) -> bool:
     """PostgreSQL: the fence and the upsert in one round trip on ``db`` (the default connection); whether it wrote.
 
-    The function of migration 0011 (``agent_persistence_save_checkpoint``)
-    runs both, with plans PL/pgSQL keeps for the session, so only a trivial
+    The function of migration 0011 (``agent_persistence_save_checkpoint``,
+    as migration 0013 replaced it) runs both, with plans PL/pgSQL keeps for the session, so only a trivial
     ``SELECT`` is planned per call. Where the database lacks it, the same work
     as one statement (:func:`_save_in_one_statement`), planned every time.
     Inside a caller's transaction either one is a savepoint of it, so a
