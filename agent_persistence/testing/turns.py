@@ -167,6 +167,21 @@ class TurnStoreContract(FamilyContract):
         with pytest.raises(NotFound):
             self.family.conversations.get(OWNER, other)
 
+    def test_begin_under_a_taken_answer_id_is_message_exists_and_writes_nothing(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        self.seal(turns, plan)
+        taken = [plan.message_id, plan.transcript[0].pk]
+        for message_id in taken:
+            with pytest.raises(Conflict) as refused:
+                self.begin(turns, plan.conversation_id, content="again", message_id=message_id)
+            assert refused.value.code == "message_exists"
+        same = uuid.uuid4()
+        with pytest.raises(Conflict) as refused:
+            self.begin(turns, plan.conversation_id, content="again", message_id=same, user_message_id=same)
+        assert refused.value.code == "message_exists"
+        assert len(self.messages(plan.conversation_id)) == 2
+        assert turns.read_turn(OWNER, plan.conversation_id).epoch == plan.epoch
+
     # -- seal -----------------------------------------------------------------------------------
 
     def test_seal_writes_the_answer_the_run_the_row_the_conversation_and_the_event(self, turns: Any) -> None:

@@ -281,3 +281,22 @@ async def test_a_busy_conversation_refuses_a_second_start_with_its_code(users: A
     assert [frame["code"] for frame in client.errors] == ["conversation_busy"]
     assert json.dumps(client.errors[0])  # details are JSON
     await close(communicator)
+
+
+async def test_a_start_with_a_taken_message_id_is_message_exists_and_runs_nothing(users: Any) -> None:
+    """An answer could never be stored under a taken id: the start frame is refused before a run exists."""
+    from agent_persistence.models import Message, Run
+
+    conversation_id = await sync_to_async(make_conversation)(users[0])
+    communicator = await connect(conversation_id, users[0])
+    await communicator.send_json_to({"type": "start", "content": "go"})
+    first = await follow(communicator, StreamClient())
+    runs = await sync_to_async(Run.objects.count)()
+    await communicator.send_json_to({"type": "start", "content": "again", "message_id": first.message_id})
+    frame = await communicator.receive_json_from(timeout=5)
+    while frame["type"] != "error":
+        frame = await communicator.receive_json_from(timeout=5)
+    assert frame["code"] == "message_exists", frame
+    assert await sync_to_async(Run.objects.count)() == runs
+    assert await sync_to_async(Message.objects.filter(conversation_id=conversation_id).count)() == 2
+    await close(communicator)
