@@ -3,7 +3,8 @@
 The API and the websocket protocol map them to statuses at their edge
 (``agent_persistence.api.errors``): NotFound 404, ConversationNotOwned 403,
 Conflict / Busy / PendingInterrupts 409, PreconditionFailed 412, Gone 410,
-StorageLimit 413, Validation 400.
+StorageLimit 413, Validation 400, TooManyRequests 429 (with ``Retry-After`` when it
+says how long to wait).
 """
 
 from __future__ import annotations
@@ -90,3 +91,14 @@ class RangeNotSatisfiable(AgentPersistenceError):
 
     code = "range_not_satisfiable"
     default_message = "The requested range is not within the content."
+
+
+class TooManyRequests(AgentPersistenceError):
+    """Over a per-user cap (tickets per minute, open streams); ``retry_after`` seconds, when known, until it frees."""
+
+    code = "too_many_requests"
+    default_message = "Too many requests; try again later."
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after

@@ -8,6 +8,7 @@ Every error body has the shape ``{"code": ..., "message": ..., "details": {...}}
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -30,6 +31,7 @@ STATUS_BY_ERROR: list[tuple[type[domain.AgentPersistenceError], int]] = [
     (domain.StorageLimit, status.HTTP_413_REQUEST_ENTITY_TOO_LARGE),
     (domain.Validation, status.HTTP_400_BAD_REQUEST),
     (domain.RangeNotSatisfiable, status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE),
+    (domain.TooManyRequests, status.HTTP_429_TOO_MANY_REQUESTS),
 ]
 
 DRF_CODES = {
@@ -66,7 +68,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         # A body over DATA_UPLOAD_MAX_MEMORY_SIZE: Django's own answer would be a bare 400.
         exc = domain.StorageLimit("The request body is larger than the server accepts.")
     if isinstance(exc, domain.AgentPersistenceError):
-        return Response(exc.as_dict(), status=status_for(exc))
+        retry_after = getattr(exc, "retry_after", None)
+        headers = {"Retry-After": str(max(1, math.ceil(retry_after)))} if retry_after is not None else None
+        return Response(exc.as_dict(), status=status_for(exc), headers=headers)
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
