@@ -16,6 +16,15 @@ and servers so authenticate a socket without a session cookie.
   this conversation): two sockets presenting one ticket, on any replicas, are
   never both accepted.
 
+- **For an active user.** The ticket keeps the primary key of the Django user
+  of the request that issued it (``account``); a ticket whose user has been
+  deactivated or deleted since is refused when it is spent, as Django's own
+  authentication refuses an inactive user's session.
+- **Capped.** One scope is issued at most ``WS_TICKETS_PER_MINUTE`` tickets in
+  any 60 seconds (counted from the tickets table, so across replicas); the
+  next is :class:`~agent_persistence.exceptions.TooManyRequests`
+  (``too_many_tickets``, 429 with ``Retry-After``).
+
 Every refusal is the same :class:`TicketRefused` (close code ``4403``, no
 reason text): a client learns nothing about why, nor whose ticket it was.
 """
@@ -28,15 +37,20 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
+from django.contrib.auth import get_user_model
 from django.core import signing
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import app_settings
+from ..exceptions import TooManyRequests
 from ..models import WebsocketTicket
 from ..scope import Scope
 
 SALT = "agent_persistence.realtime.tickets"
+#: The window of ``WS_TICKETS_PER_MINUTE``.
+CAP_WINDOW = timedelta(minutes=1)
 QUERY_PARAMETER = "ticket"
 
 
@@ -51,12 +65,28 @@ class IssuedTicket:
     conversation_id: uuid.UUID | None
 
 
-def issue_ticket(scope: Scope, conversation_id: uuid.UUID | None = None) -> IssuedTicket:
-    """A new ticket for ``scope`` (and only ``conversation_id`` when given; the caller checked it is readable)."""
+def issue_ticket(scope: Scope, conversation_id: uuid.UUID | None = None, *, account: str = "") -> IssuedTicket:
+    """A new ticket for ``scope`` (and only ``conversation_id`` when given; the caller checked it is readable).
+
+    ``account`` is the primary key of the Django user the ticket is issued to
+    ("" when the scope stands for no Django user): that user must still be
+    active when the ticket is spent. TooManyRequests when the scope was issued
+    ``WS_TICKETS_PER_MINUTE`` tickets in the last minute.
+    """
     now = timezone.now()
+    cap = app_settings.WS_TICKETS_PER_MINUTE
+    if cap is not None:
+        issued = WebsocketTicket.objects.filter(tenant=scope.tenant, user=scope.user, created_at__gt=now - CAP_WINDOW)
+        times = list(issued.order_by("-created_at").values_list("created_at", flat=True)[:cap])
+        if len(times) >= cap:
+            raise TooManyRequests(
+                "Too many websocket tickets; try again later.", code="too_many_tickets",
+                retry_after=(times[-1] + CAP_WINDOW - now).total_seconds(),
+            )
     row = WebsocketTicket.objects.create(
         tenant=scope.tenant,
         user=scope.user,
+        account=account,
         conversation_id=conversation_id,
         created_at=now,
         expires_at=now + timedelta(seconds=app_settings.WS_TICKET_TTL),
@@ -76,8 +106,25 @@ def redeem_ticket(ticket: str, conversation_id: Any) -> Scope:
     spent = WebsocketTicket.objects.filter(bound_here, pk=ticket_id, spent_at__isnull=True, expires_at__gt=now).update(spent_at=now)
     if spent != 1:
         raise TicketRefused
-    tenant, user = WebsocketTicket.objects.values_list("tenant", "user").get(pk=ticket_id)
+    tenant, user, account = WebsocketTicket.objects.values_list("tenant", "user", "account").get(pk=ticket_id)
+    if account and not _is_active(account):
+        raise TicketRefused
     return Scope(tenant=tenant, user=user)
+
+
+def _is_active(account: str) -> bool:
+    """Whether the Django user with primary key ``account`` exists and is active (when its model says)."""
+    model = get_user_model()
+    try:
+        model._meta.get_field("is_active")
+    except FieldDoesNotExist:
+        active = Q()  # a user model without the field: every user is active (AbstractBaseUser's default)
+    else:
+        active = Q(is_active=True)
+    try:
+        return model._default_manager.filter(active, pk=account).exists()
+    except (ValueError, TypeError, ValidationError):
+        return False  # a key the model's primary key cannot be
 
 
 def ticket_in(channels_scope: dict[str, Any]) -> str | None:

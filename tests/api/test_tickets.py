@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
@@ -21,6 +22,7 @@ from agent_persistence.models import WebsocketTicket
 from agent_persistence.realtime.tickets import redeem_ticket
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store
+from agent_persistence.testing.family import frozen_clock
 
 from .test_hostile_input import DEEP_100K, assert_error
 
@@ -119,3 +121,33 @@ def test_hostile_bodies_are_refused_and_issue_nothing(
 
 def test_an_empty_json_object_is_an_empty_body(alice_client: APIClient) -> None:
     assert alice_client.post(ticket_url(), {}, format="json").status_code == 201
+
+
+def test_tickets_over_the_per_minute_cap_are_429_too_many_tickets_with_retry_after(
+    alice_client: APIClient, bob_client: APIClient, conversation: Any, settings: Any
+) -> None:
+    """WS_TICKETS_PER_MINUTE counts both routes for one scope, across replicas (the tickets table), in a sliding minute."""
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "WS_TICKETS_PER_MINUTE": 3}
+    start = timezone.now()
+    with frozen_clock(start):
+        assert alice_client.post(ticket_url()).status_code == 201
+    with frozen_clock(start + timedelta(seconds=20)):
+        assert alice_client.post(conversation_ticket_url(conversation)).status_code == 201
+        assert alice_client.post(ticket_url()).status_code == 201
+        refused = alice_client.post(ticket_url())
+        assert_error(refused, 429, "too_many_tickets")
+        assert refused["Retry-After"] == "40"
+        assert_error(alice_client.post(conversation_ticket_url(conversation)), 429, "too_many_tickets")
+        assert bob_client.post(ticket_url()).status_code == 201  # the cap is per user
+    assert WebsocketTicket.objects.count() == 4
+    with frozen_clock(start + timedelta(seconds=61)):  # the first ticket left the window: one more
+        assert alice_client.post(ticket_url()).status_code == 201
+        assert_error(alice_client.post(ticket_url()), 429, "too_many_tickets")
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "WS_TICKETS_PER_MINUTE": None}
+    with frozen_clock(start + timedelta(seconds=62)):
+        assert all(alice_client.post(ticket_url()).status_code == 201 for _ in range(5))
+
+
+def test_a_ticket_remembers_the_django_user_it_was_issued_to(alice_user: Any, alice_client: APIClient) -> None:
+    assert alice_client.post(ticket_url()).status_code == 201
+    assert WebsocketTicket.objects.get().account == str(alice_user.pk)

@@ -169,3 +169,25 @@ def test_one_ticket_redeemed_by_eight_threads_at_once_is_accepted_exactly_once(p
         refused = [result for result in results if isinstance(result, TicketRefused)]
         assert accepted == [people["alice_scope"]], results
         assert len(refused) == 7, results
+
+
+@pytest.mark.parametrize("change", ["deactivated", "deleted"])
+async def test_a_ticket_whose_user_was_deactivated_or_deleted_since_is_refused(people: dict[str, Any], change: str) -> None:
+    """Django's authentication refuses an inactive user's session; a ticket issued just before is refused too."""
+    alice = people["alice"]
+    ticket = await sync_to_async(lambda: issue_ticket(people["alice_scope"], account=str(alice.pk)).ticket)()
+    kept = await sync_to_async(lambda: issue_ticket(people["bob_scope"], account=str(people["bob"].pk)).ticket)()
+    if change == "deactivated":
+        alice.is_active = False
+        await alice.asave(update_fields=["is_active"])
+    else:
+        await alice.adelete()
+    await assert_closed_with(await open_socket(people["second"] if change == "deactivated" else uuid.uuid4(), ticket), protocol.CLOSE_TICKET_REFUSED)
+    bobs = await sync_to_async(lambda: conversation_store().create(people["bob_scope"], agent="scripted").pk)()
+    await assert_accepted(await open_socket(bobs, kept))  # another user's ticket is untouched
+
+
+def test_an_account_that_is_no_key_of_the_user_model_is_refused(people: dict[str, Any]) -> None:
+    ticket = issue_ticket(people["alice_scope"], account="not-a-number").ticket
+    with pytest.raises(TicketRefused):
+        redeem_ticket(ticket, people["first"])

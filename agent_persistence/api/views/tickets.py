@@ -26,8 +26,15 @@ TAGS = ["websocket"]
 DESCRIPTION = (
     "A short-lived (WS_TICKET_TTL seconds), single-use ticket for one websocket: open "
     "ws/conversations/<id>/?ticket=<ticket>. The socket acts for the caller's scope. A refused ticket "
-    "(expired, spent, altered, or bound to another conversation) closes the socket with 4403."
+    "(expired, spent, altered, bound to another conversation, or issued to a user deactivated since) closes the "
+    "socket with 4403. Over WS_TICKETS_PER_MINUTE tickets in a minute: 429 too_many_tickets, with Retry-After."
 )
+
+
+def account_of(request: Request) -> str:
+    """The primary key of the request's Django user ("" when it has none), for the ticket to check when spent."""
+    user = getattr(request, "user", None)
+    return str(user.pk) if user is not None and getattr(user, "is_authenticated", False) and user.pk is not None else ""
 
 
 def ticket_body(issued: IssuedTicket) -> dict[str, object]:
@@ -46,12 +53,12 @@ class WebsocketTicketView(ScopedAPIView):
         tags=TAGS,
         operation_id="websocket_ticket_create",
         request=None,
-        responses={201: WebsocketTicketSerializer, **error_responses(400, 401, 403, 415)},
+        responses={201: WebsocketTicketSerializer, **error_responses(400, 401, 403, 415, 429)},
         description=DESCRIPTION,
     )
     def post(self, request: Request) -> Response:
         read_body(EmptyBody, request)
-        issued = issue_ticket(self.scope)
+        issued = issue_ticket(self.scope, account=account_of(request))
         return Response(WebsocketTicketSerializer(ticket_body(issued)).data, status=status.HTTP_201_CREATED)
 
 
@@ -63,11 +70,11 @@ class ConversationWebsocketTicketView(ScopedAPIView):
         operation_id="conversation_websocket_ticket_create",
         parameters=[OpenApiParameter("conversation_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The conversation's id.")],
         request=None,
-        responses={201: WebsocketTicketSerializer, **error_responses(400, 401, 403, 404, 415)},
+        responses={201: WebsocketTicketSerializer, **error_responses(400, 401, 403, 404, 415, 429)},
         description=DESCRIPTION + " 404 when the caller may not read the conversation.",
     )
     def post(self, request: Request, conversation_id: str) -> Response:
         read_body(EmptyBody, request)
         conversation = conversation_store().get(self.scope, conversation_id)
-        issued = issue_ticket(self.scope, conversation.pk)
+        issued = issue_ticket(self.scope, conversation.pk, account=account_of(request))
         return Response(WebsocketTicketSerializer(ticket_body(issued)).data, status=status.HTTP_201_CREATED)
