@@ -16,6 +16,7 @@ from typing import Any
 import pydantic
 from ag_ui.core import ResumeEntry, RunAgentInput
 from django.core.handlers.asgi import ASGIRequest
+from django.db import connections
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
@@ -113,6 +114,20 @@ def end_of(turn: TurnView) -> Position:
     )
 
 
+def release_connections() -> None:
+    """Give this request's database connections back now, not when the stream ends.
+
+    Django closes a request's connections when its response is closed, which for a stream is
+    when the run ends: each open stream would hold a pooled connection (or a server
+    connection) for its whole life, and a few streams exhaust the pool. The stream's own reads
+    take a connection each and give it back (:mod:`agent_persistence.realtime.follower`).
+    Persistent connections (``CONN_MAX_AGE``) and a transaction in progress are left alone.
+    """
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block and not conn.settings_dict.get("CONN_MAX_AGE"):
+            conn.close()
+
+
 @non_atomic
 class AgUiStreamView(ScopedAPIView):
     """The conversation's turn as an AG-UI run over server-sent events, resumable with Last-Event-ID."""
@@ -155,6 +170,7 @@ class AgUiStreamView(ScopedAPIView):
         if resume:
             start = start or end_of(turn)
             loop.run(continue_turn(self.scope, conversation_id, answers_of(resume)))
+        release_connections()
         asgi = isinstance(request._request, ASGIRequest)
         events = event_stream(self.scope, uuid.UUID(str(conversation_id)), start=start, run_id=run_id, use_relay=asgi)
         response = StreamingHttpResponse(events if asgi else blocking_event_stream(events), content_type=CONTENT_TYPE)
