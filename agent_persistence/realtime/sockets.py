@@ -48,15 +48,20 @@ class OpenSocket(Protocol):
 
 
 class Sockets:
-    """The sockets open on one event loop, by user."""
+    """The sockets open on one event loop, by user.
 
-    def __init__(self) -> None:
+    ``limit`` names the setting of the per-user cap (None: no cap); the AG-UI streams
+    (:mod:`agent_persistence.agui.streams`) count theirs under ``SSE_MAX_PER_USER``.
+    """
+
+    def __init__(self, limit: str | None = "WEBSOCKET_MAX_PER_USER") -> None:
+        self.limit = limit
         self.by_user: dict[Scope, set[OpenSocket]] = {}
         self.sweeper: asyncio.Task[None] | None = None
 
     def admit(self, scope: Scope, socket: OpenSocket) -> bool:
         """Count ``socket`` for ``scope``; False (nothing counted) when the user is at the cap."""
-        limit = app_settings.WEBSOCKET_MAX_PER_USER
+        limit = getattr(app_settings, self.limit) if self.limit else None
         held = self.by_user.get(scope, set())
         if limit is not None and len(held) >= limit:
             return False
