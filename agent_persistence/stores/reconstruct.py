@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 
 from ..conf import app_settings
+from ..exceptions import NotFound
 from ..scope import Scope
 from ..statuses import InterruptStatus
 from .base import Page, check_scope, healed
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 #: Turn states with a producer to tail (alive) or to resume (dead).
 RUNNING_STATES = frozenset({"alive", "dead"})
+#: Turn states whose assistant message may not be written yet (running, or parked on a question).
+UNSEALED_STATES = RUNNING_STATES | {"interrupted"}
 #: Nesting of subagent cards beyond which children are not followed (a guard, not a limit anyone meets).
 MAX_CARD_DEPTH = 16
 
@@ -92,7 +95,9 @@ def reconstruct(
     ``messages`` is the newest page of ``limit`` messages (``DEFAULT_PAGE_SIZE``
     by default), or the page just before the message ``before``, oldest
     first; its ``has_more`` says that older messages exist. ``subagents`` has
-    one card per child run of the top-level runs of that page's turns.
+    one card per child run of the top-level runs of that page's turns; the
+    newest page's turns include the running or parked turn whose assistant
+    message is not written yet (a subagent waiting on its own question).
     """
     check_scope(scope)
     stores = stores or configured_stores()
@@ -102,6 +107,8 @@ def reconstruct(
     page = Page(items=newest_first.items[::-1], total=newest_first.total, limit=newest_first.limit, offset=newest_first.offset,
                 has_more=newest_first.has_more)
     turns_on_page = {message.id for message in page.items}
+    if before is None and _unwritten_turn(stores, scope, conversation.pk, turn, turns_on_page):
+        turns_on_page.add(turn.message_id)  # the newest page ends with the turn that is being written
     runs = stores.runs.list(scope, conversation.pk, limit=int(app_settings.MAX_PAGE_SIZE)).items
     parents = sorted((run for run in runs if run.parent_id is None and run.message_id in turns_on_page),
                      key=lambda run: (run.started_at, run.pk))
@@ -122,6 +129,17 @@ async def areconstruct(scope: Scope, conversation_id: Any, **options: Any) -> Re
 
 
 Tree = list[tuple["Run", "Tree"]]
+
+
+def _unwritten_turn(stores: Any, scope: Scope, conversation_id: uuid.UUID, turn: TurnView, on_page: set[Any]) -> bool:
+    """Whether ``turn`` runs or is parked and its assistant message is not in the conversation (yet)."""
+    if turn.state not in UNSEALED_STATES or turn.message_id is None or turn.message_id in on_page:
+        return False
+    try:
+        stores.conversations.get_message(scope, conversation_id, turn.message_id)
+    except NotFound:
+        return True
+    return False  # written, on an older page
 
 
 def _children(stores: Any, scope: Scope, run_id: uuid.UUID, *, depth: int, seen: set[uuid.UUID]) -> Tree:
