@@ -11,7 +11,11 @@ name the agent::
 What the bridge does in each run of the turn:
 
 - Message history comes from the stored transcript (every message before this
-  turn's user message), the prompt from the user message.
+  turn's user message), the prompt from the user message. The transcript keeps
+  no system prompt, so the agent's ``system_prompt`` is re-injected at the head
+  of the history on every turn (Pydantic AI's ``ReinjectSystemPrompt``, as it
+  documents for histories loaded from storage); ``instructions`` are sent on
+  every request by Pydantic AI itself.
 - The agent runs with ``Agent.iter``; each model request is streamed into the
   answer (text deltas, keyed by the request's position in the turn) and its
   completed response is recorded in ``turn.state``. A re-driven run (after a
@@ -39,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, ReinjectSystemPrompt
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -211,6 +215,9 @@ class PydanticAIAgent(Agent):
         log = ModelCallLog(state)
         model = ReplayingModel(infer_model(agent.model), turn, log)  # type: ignore[arg-type]
         tools = TurnTools(turn=turn)
+        # id=None: never takes the slot of a ReinjectSystemPrompt the host put on its own agent (that one then
+        # finds the prompt present and leaves it; without one, the history of turn 2 on had no system prompt).
+        reinject = ReinjectSystemPrompt(id=None)
         output_type = [agent.output_type, DeferredToolRequests]
         prompt: str | None = self.prompt(turn)
         history = self.history(turn)
@@ -218,7 +225,7 @@ class PydanticAIAgent(Agent):
         while True:
             async with agent.iter(
                 prompt, message_history=history, deferred_tool_results=deferred, model=model,
-                output_type=output_type, deps=self.get_deps(turn), capabilities=[tools],
+                output_type=output_type, deps=self.get_deps(turn), capabilities=[reinject, tools],
             ) as agent_run:
                 async for node in agent_run:
                     if PydanticAgent.is_model_request_node(node) and log.next_recorded() is None:
