@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
+import weakref
 from typing import Any, AsyncIterator, Iterator
 
 from ag_ui.encoder import EventEncoder
 
 from ..realtime.delivery import layer_spans_processes, relay
 from ..realtime.follower import AccessLost, Follower
+from ..realtime.sockets import Sockets
 from ..scope import Scope
 from .events import Translator
 from .positions import Position
@@ -35,6 +38,74 @@ logger = logging.getLogger(__name__)
 #: Seconds of silence before a keep-alive comment.
 KEEP_ALIVE = 15.0
 CONTENT_TYPE = EventEncoder().get_content_type()
+
+
+class OpenStream:
+    """One AG-UI stream, as the per-user cap and the access sweep of :mod:`..realtime.sockets` count and check it.
+
+    ``conversation_id`` is set once the stream follows its conversation (the sweep checks only then);
+    :meth:`lose_access` ends the stream with ``RUN_ERROR not_found``.
+    """
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.conversation_id: uuid.UUID | None = None
+        self.frames: asyncio.Queue[dict[str, Any]] | None = None
+
+    async def lose_access(self) -> None:
+        if self.frames is not None:
+            self.frames.put_nowait({"type": "access_lost"})
+
+
+#: The streams open in this process, by user, under ``SSE_MAX_PER_USER`` (the view admits from its
+#: request's thread, so the count is the process's, behind a lock).
+_capped = Sockets(limit="SSE_MAX_PER_USER")
+_capped_lock = threading.Lock()
+
+
+def admit_stream(scope: Scope) -> OpenStream | None:
+    """A stream counted for ``scope``; None (nothing counted) when the user holds ``SSE_MAX_PER_USER`` already."""
+    stream = OpenStream(scope)
+    with _capped_lock:
+        return stream if _capped.admit(scope, stream) else None
+
+
+def release_stream(stream: OpenStream) -> None:
+    """Stop counting ``stream``; idempotent."""
+    with _capped_lock:
+        _capped.remove(stream.scope, stream)
+
+
+def open_streams(scope: Scope | None = None) -> int:
+    """Streams of ``scope`` (of everyone when None) open in this process."""
+    with _capped_lock:
+        return _capped.count(scope)
+
+
+def release_with(response: Any, stream: OpenStream) -> None:
+    """Release ``stream`` when ``response`` is closed (the server does, also after a disconnect) or collected."""
+    response._resource_closers.append(lambda: release_stream(stream))
+    weakref.finalize(response, release_stream, stream)
+
+
+#: Per event loop, the streams it runs, for the access sweep (no cap: that is :data:`_capped`).
+_watched: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Sockets] = weakref.WeakKeyDictionary()
+
+
+def watched() -> Sockets:
+    """The running loop's streams: one query per ``WEBSOCKET_ACCESS_CHECK_INTERVAL`` checks them all."""
+    loop = asyncio.get_running_loop()
+    current = _watched.get(loop)
+    if current is None:
+        current = _watched[loop] = Sockets(limit=None)
+    return current
+
+
+def unwatch(registry: Sockets, stream: OpenStream) -> None:
+    registry.remove(stream.scope, stream)
+    if not registry.by_user and registry.sweeper is not None:
+        registry.sweeper.cancel()  # nothing left to check (and a WSGI stream's loop closes next)
+        registry.sweeper = None
 
 
 def encode(event_id: str, event: Any, encoder: EventEncoder) -> str:
@@ -62,6 +133,11 @@ async def event_stream(scope: Scope, conversation_id: uuid.UUID, *, start: Posit
     translator = Translator(conversation_id, run_id=run_id, start=start)
     encoder = EventEncoder()
     relayed = False
+    # The websocket's access sweep: a user who may no longer read the conversation gets RUN_ERROR not_found.
+    watch, registry = OpenStream(scope), watched()
+    watch.conversation_id, watch.frames = conversation_id, frames
+    registry.admit(scope, watch)
+    registry.watch(watch)
     try:
         if spans:
             relay().follow(conversation_id)
@@ -92,6 +168,7 @@ async def event_stream(scope: Scope, conversation_id: uuid.UUID, *, start: Posit
         translator.fail("internal_error", "The server could not go on streaming this turn.")
         yield "".join(encode(event_id, event, encoder) for event_id, event in translator.out)
     finally:
+        unwatch(registry, watch)
         try:
             await follower.close()
         finally:

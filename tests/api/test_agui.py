@@ -360,3 +360,36 @@ def test_deleting_the_conversation_mid_turn_ends_the_stream(alice_client: APICli
     check_sequence(events)
     assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "not_found"
     assert hub.count(conversation_id) == 0
+
+
+def test_a_stream_past_sse_max_per_user_is_429_too_many_streams_and_a_closed_one_frees_its_place(
+    alice_client: APIClient, bob_client: APIClient, alice_scope: Scope, conversation_id: uuid.UUID, settings: Any
+) -> None:
+    """SSE_MAX_PER_USER 2: a third open stream of alice is 429 too_many_streams (JSON); bob is not counted with her;
+    a refused request (409, 404) and a closed stream count no more."""
+    from agent_persistence.agui.streams import open_streams
+
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "SSE_MAX_PER_USER": 2}
+    assert alice_client.get(agui_url(conversation_id)).json()["code"] == "no_turn"  # refused: counts no more
+    assert alice_client.get(agui_url(uuid.uuid4())).status_code == 404
+    assert open_streams(alice_scope) == 0
+    conversation_store().share(alice_scope, conversation_id)
+    start_turn(alice_client, conversation_id)
+    first, second = alice_client.get(agui_url(conversation_id)), alice_client.get(agui_url(conversation_id))
+    try:
+        assert (first.status_code, second.status_code) == (200, 200)
+        refused = alice_client.get(agui_url(conversation_id))
+        assert refused.status_code == 429, refused.content
+        assert refused["Content-Type"].startswith("application/json")
+        assert refused.json()["code"] == "too_many_streams"
+        body = {"threadId": str(conversation_id), "runId": "r", "messages": []}
+        assert alice_client.post(agui_url(conversation_id), body, format="json").json()["code"] == "too_many_streams"
+        read_stream(bob_client.get(agui_url(conversation_id)))  # another user's place
+        first.close()
+        assert open_streams(alice_scope) == 1
+        events, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+        assert events[-1][1].type == EventType.RUN_FINISHED
+    finally:
+        first.close()
+        second.close()
+    assert open_streams(alice_scope) == 0

@@ -138,3 +138,30 @@ def test_streams_hold_no_pooled_connection_so_3x_the_pool_of_streams_leave_rest_
         assert max(latencies) < 1.0, latencies
         for stream in streams:  # every stream still follows the turn
             stream.read_until("TEXT_MESSAGE_CONTENT")
+
+
+def test_the_stream_past_the_cap_is_429_and_a_client_that_leaves_frees_its_place_on_a_real_server() -> None:
+    """SSE_MAX_PER_USER 3 under uvicorn: the 4th stream is 429 too_many_streams; a client that disconnects frees its place."""
+    scope, key = make_user("cap-alice")
+    conversation_id = conversation_store().create(scope, agent="paced").id
+    with agui_server(AP_SSE_MAX_PER_USER="3") as server, paced_turn(scope, conversation_id), \
+            httpx.Client(timeout=httpx.Timeout(30)) as client, contextlib.ExitStack() as stack:
+        held = [Stream(stack, client, agui_url(server, conversation_id), key) for _ in range(3)]
+        for stream in held:
+            assert stream.status == 200
+            stream.read_until("RUN_STARTED")
+        with httpx.Client(timeout=httpx.Timeout(30)) as other, contextlib.ExitStack() as refused_stack:
+            refused = Stream(refused_stack, other, agui_url(server, conversation_id), key)
+            assert refused.status == 429, refused.status
+            assert refused.response.headers["content-type"].startswith("application/json")
+            assert refused.body()["code"] == "too_many_streams"
+        held[0].response.close()  # the client leaves
+        deadline = time.monotonic() + 10
+        while True:
+            with httpx.Client(timeout=httpx.Timeout(30)) as other, contextlib.ExitStack() as again_stack:
+                again = Stream(again_stack, other, agui_url(server, conversation_id), key)
+                if again.status == 200:
+                    again.read_until("TEXT_MESSAGE_CONTENT")
+                    break
+            assert time.monotonic() < deadline, "a departed client's place was never freed"
+            time.sleep(0.2)

@@ -24,8 +24,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
 from ...agui.positions import HEADER, Position, check_position, parse_position
-from ...agui.streams import CONTENT_TYPE, blocking_event_stream, event_stream
-from ...exceptions import Conflict, Validation
+from ...agui.streams import CONTENT_TYPE, admit_stream, blocking_event_stream, event_stream, release_stream, release_with
+from ...conf import app_settings
+from ...exceptions import Conflict, TooManyRequests, Validation
 from ...runtime import loop
 from ...runtime.turns import continue_turn
 from ...stores import turn_store
@@ -74,13 +75,14 @@ RUN_AGENT_INPUT_SCHEMA: dict[str, Any] = {
     },
     "required": ["threadId", "runId", "messages"],
 }
-ERRORS = (400, 401, 403, 404, 409, 410)
+ERRORS = (400, 401, 403, 404, 409, 410, 429)
 DESCRIPTION = (
     "Streams the conversation's current turn as one AG-UI run: RUN_STARTED, STATE_SNAPSHOT of the turn's status, "
     "TEXT_MESSAGE_START/CONTENT/END, TOOL_CALL_START/ARGS/END/RESULT, ACTIVITY_SNAPSHOT of pending interrupts, and "
     "RUN_FINISHED (outcome success, cancelled or interrupt) or RUN_ERROR. A Last-Event-ID resumes exactly after that "
     "event, on any server: 400 invalid_last_event_id when it is not an event id of this turn or is past what the turn "
-    "holds, 410 turn_superseded when another turn holds the conversation. 409 no_turn when it has never had a turn."
+    "holds, 410 turn_superseded when another turn holds the conversation. 409 no_turn when it has never had a turn. "
+    "429 too_many_streams when the user already holds SSE_MAX_PER_USER open streams on this server process."
 )
 
 
@@ -161,19 +163,31 @@ class AgUiStreamView(ScopedAPIView):
 
     def stream(self, request: Request, conversation_id: str, *, run_id: str | None,
                resume: list[ResumeEntry] | None = None) -> StreamingHttpResponse:
-        start = parse_position(request.headers.get(HEADER))
-        turn = turn_store().read_turn(self.scope, conversation_id)
-        if turn.message_id is None:
-            raise Conflict("The conversation has no turn yet: start one, then stream it.", code="no_turn")
-        if start is not None:
-            start = check_position(start, turn)
-        if resume:
-            start = start or end_of(turn)
-            loop.run(continue_turn(self.scope, conversation_id, answers_of(resume)))
-        release_connections()
-        asgi = isinstance(request._request, ASGIRequest)
-        events = event_stream(self.scope, uuid.UUID(str(conversation_id)), start=start, run_id=run_id, use_relay=asgi)
-        response = StreamingHttpResponse(events if asgi else blocking_event_stream(events), content_type=CONTENT_TYPE)
+        # The cap before any query: a user over it costs the server nothing more.
+        admitted = admit_stream(self.scope)
+        if admitted is None:
+            raise TooManyRequests(
+                f"This user already holds {app_settings.SSE_MAX_PER_USER} open AG-UI streams on this server; close one first.",
+                code="too_many_streams",
+            )
+        try:
+            start = parse_position(request.headers.get(HEADER))
+            turn = turn_store().read_turn(self.scope, conversation_id)
+            if turn.message_id is None:
+                raise Conflict("The conversation has no turn yet: start one, then stream it.", code="no_turn")
+            if start is not None:
+                start = check_position(start, turn)
+            if resume:
+                start = start or end_of(turn)
+                loop.run(continue_turn(self.scope, conversation_id, answers_of(resume)))
+            release_connections()
+            asgi = isinstance(request._request, ASGIRequest)
+            events = event_stream(self.scope, uuid.UUID(str(conversation_id)), start=start, run_id=run_id, use_relay=asgi)
+            response = StreamingHttpResponse(events if asgi else blocking_event_stream(events), content_type=CONTENT_TYPE)
+        except BaseException:
+            release_stream(admitted)
+            raise
+        release_with(response, admitted)  # counted until the server closes the response
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
         return response
