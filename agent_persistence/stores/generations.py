@@ -40,6 +40,7 @@ from .base import (
     readable,
     writable_conversation,
 )
+from .times import clean_caller_time
 
 #: The largest metadata, usage or error object, in bytes of JSON.
 MAX_METADATA_BYTES = 64 * 1024
@@ -165,7 +166,7 @@ class GenerationRunStore:
             "kind": clean_kind(kind),
             "provider": clean_text(provider, "provider", max_length=255) or "",
             "model": clean_text(model, "model", max_length=255) or "",
-            "started_at": clean_datetime(started_at, "started_at") or timezone.now(),
+            "started_at": clean_caller_time(started_at, field="started_at") or timezone.now(),
             "metadata": clean_object(metadata, "metadata", max_bytes=MAX_METADATA_BYTES),
         }
         with transaction.atomic():

@@ -11,6 +11,7 @@ from ...models import GenerationRun
 from ...scope import Scope
 from ..base import UNSET, async_twin, check_scope, clean_datetime, clean_object, clean_text, lookup_id, parse_id
 from ..generations import MAX_METADATA_BYTES, changes_of, clean_kind, clean_slot, generation_not_found
+from ..times import clean_caller_time
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
@@ -64,7 +65,7 @@ class MemoryGenerationRunStore:
             "kind": clean_kind(kind),
             "provider": clean_text(provider, "provider", max_length=255) or "",
             "model": clean_text(model, "model", max_length=255) or "",
-            "started_at": clean_datetime(started_at, "started_at") or timezone.now(),
+            "started_at": clean_caller_time(started_at, field="started_at") or timezone.now(),
             "metadata": clean_object(metadata, "metadata", max_bytes=MAX_METADATA_BYTES),
         }
         with self.db.lock:
