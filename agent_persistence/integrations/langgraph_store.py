@@ -22,16 +22,22 @@ returns newest first with ``filter`` (metadata equality), ``before`` and
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import math
+import os
 import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection, connections, transaction
+from django.db.models import BooleanField, QuerySet
+from django.db.models.expressions import RawSQL
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -53,33 +59,106 @@ from .base import turn_epoch
 if TYPE_CHECKING:
     from ..runtime.turn import Turn
 
-SCALARS = (str, int, float, bool, type(None))
-
-
 def _bytes(value: Any) -> bytes:
     return b"" if value is None else bytes(value)
 
 
+#: Where a sync call made from a thread running an event loop does its database work (Django refuses it there).
+_LOOP_OFFLOAD = ThreadPoolExecutor(max_workers=4, thread_name_prefix="langgraph-saver")
+
+
+def _in_running_loop() -> bool:
+    """Whether this thread runs an event loop, where Django refuses sync database access."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+
+
+def _call_releasing(method: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    try:
+        return method(*args, **kwargs)
+    finally:
+        if threading.current_thread() is not threading.main_thread():
+            for worker_connection in connections.all(initialized_only=True):
+                if not worker_connection.in_atomic_block:
+                    worker_connection.close()
+
+
 def _releases_worker_connection(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Close the thread's connection after a sync call made from a worker thread.
+    """A sync method callable from any thread, an event loop's included.
 
     LangGraph's sync API calls savers from its own short-lived executor threads;
-    a connection Django opened there would outlive the thread. The main thread,
-    an open transaction and the async twins (which call the unwrapped methods
-    in Django's sync thread) keep theirs.
+    a connection Django opened there would outlive the thread, so it is closed
+    after the call (the main thread and an open transaction keep theirs; the
+    async twins call the unwrapped methods in Django's sync thread). Called from
+    a thread that runs an event loop (``graph.invoke()`` inside ``async def``),
+    where Django raises ``SynchronousOnlyOperation``, the call runs in a worker
+    thread and the caller waits for it, as with LangGraph's own sync savers.
     """
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        finally:
-            if threading.current_thread() is not threading.main_thread():
-                for connection in connections.all(initialized_only=True):
-                    if not connection.in_atomic_block:
-                        connection.close()
+        if _in_running_loop():
+            return _LOOP_OFFLOAD.submit(_call_releasing, method, args, kwargs).result()
+        return _call_releasing(method, args, kwargs)
 
     return wrapper
+
+
+INT64 = range(-(2**63), 2**63)
+
+
+def _filter_by_metadata(rows: QuerySet[Any], key: str, value: Any) -> QuerySet[Any]:
+    """Narrow ``rows`` to those whose metadata may have ``key`` equal to ``value``, the key as data.
+
+    Never an ORM lookup (``metadata__<key>`` reads ``__`` as a lookup and a
+    number as an array index): a bound parameter compared with the stored
+    object's own keys. The narrowing is loose where Python's ``==`` is (``1`` is
+    ``True``, ``5`` is ``5.0``); the caller checks every row exactly.
+    """
+    vendor = connection.vendor
+    if vendor not in ("postgresql", "sqlite"):
+        return rows  # checked in Python only
+    column = f"{connection.ops.quote_name(GraphCheckpoint._meta.db_table)}.{connection.ops.quote_name('metadata')}"
+    if value is None:
+        return rows  # a missing key matches None too (as LangGraph's in-memory saver)
+    if vendor == "postgresql" and ("\x00" in key or (isinstance(value, str) and "\x00" in value)):
+        return rows.none()  # jsonb holds no NUL: nothing stored can match (and the driver refuses the parameter)
+    if isinstance(value, str):
+        candidates: list[Any] | None = [value]
+    elif isinstance(value, (bool, int, float)) and not (isinstance(value, float) and not math.isfinite(value)):
+        if isinstance(value, int) and not isinstance(value, bool) and value not in INT64:
+            candidates = None  # beyond the drivers' integers: the key's presence only
+        else:
+            candidates = [value if not isinstance(value, bool) else int(value)]
+    else:
+        candidates = None  # a list, an object: the key's presence only
+    if vendor == "postgresql":
+        if candidates is None:
+            sql, params = f"jsonb_exists({column}, %s::text)", [key]
+        elif isinstance(value, str):
+            sql, params = f"({column} -> %s::text) = %s::jsonb", [key, json.dumps(value)]
+        else:
+            # A number or a bool, equal in Python to 1 and True alike: the number or its bool.
+            texts = [json.dumps(candidates[0])]
+            if candidates[0] in (0, 1):
+                texts.append("true" if candidates[0] == 1 else "false")
+            sql = f"({column} -> %s::text) IN ({', '.join(['%s::jsonb'] * len(texts))})"
+            params = [key, *texts]
+    else:
+        exists = f"EXISTS (SELECT 1 FROM json_each({column}) AS entry WHERE entry.key = %s"
+        if candidates is None:
+            sql, params = exists + ")", [key]
+        elif isinstance(value, str):
+            sql, params = exists + " AND entry.type = 'text' AND entry.atom = %s)", [key, value]
+        else:
+            number = candidates[0]
+            sql = exists + (" AND ((entry.type IN ('integer', 'real') AND entry.atom = %s)"
+                            " OR (entry.type = 'true' AND %s = 1) OR (entry.type = 'false' AND %s = 0)))")
+            params = [key, number, number, number]
+    return rows.filter(RawSQL(sql, params, output_field=BooleanField()))
 
 
 CHECKPOINT_UPDATE_FIELDS = ["parent_checkpoint_id", "checkpoint_type", "checkpoint", "metadata", "epoch", "message_id"]
@@ -256,9 +335,9 @@ class DjangoCheckpointSaver(BaseCheckpointSaver[str]):
             rows = rows.filter(checkpoint_id__lt=before_id)
         exact: dict[str, Any] = {}
         for key, value in (filter or {}).items():
-            if isinstance(value, SCALARS) and value is not None:
-                rows = rows.filter(**{f"metadata__{key}": value})
-            exact[key] = value  # checked again below: JSON key lookups differ across databases for non-scalars
+            if isinstance(key, str):  # stored keys are strings: another key is checked in Python only
+                rows = _filter_by_metadata(rows, key, value)  # the key is data, never a lookup
+            exact[key] = value  # every row checked exactly below (Python's ==, as LangGraph's in-memory saver)
         rows = rows.order_by("-checkpoint_id", "thread_id", "checkpoint_ns")
         if not exact and limit is not None:
             rows = rows[: max(limit, 0)]
