@@ -393,3 +393,38 @@ def test_a_stream_past_sse_max_per_user_is_429_too_many_streams_and_a_closed_one
         first.close()
         second.close()
     assert open_streams(alice_scope) == 0
+
+
+def test_a_reader_whose_conversation_is_unshared_mid_turn_gets_run_error_not_found(
+    alice_client: APIClient, bob_client: APIClient, alice_scope: Scope, conversation_id: uuid.UUID, settings: Any
+) -> None:
+    """The synchronous (WSGI) path: the stream's loop runs the access sweep too; RUN_ERROR not_found within the interval."""
+    import time
+
+    settings.AGENT_PERSISTENCE = {
+        **settings.AGENT_PERSISTENCE, "WEBSOCKET_ACCESS_CHECK_INTERVAL": 0.2,
+        "AGENTS": {**settings.AGENT_PERSISTENCE["AGENTS"], "paced": "tests.realtime.agents.PacedAgent"},
+    }
+    conversation_store().share(alice_scope, conversation_id)
+    response = alice_client.post(f"/api/conversations/{conversation_id}/turns/",
+                                 {"content": json.dumps({"chunks": 200, "every": 0.02}), "agent": "paced"}, format="json")
+    assert response.status_code == 202, response.data
+    stream = bob_client.get(agui_url(conversation_id))
+    try:
+        parts = iter(stream.streaming_content)
+        raw = ""
+        while EventType.TEXT_MESSAGE_CONTENT not in [event.type for _, event in parse_sse(raw)]:
+            raw += next(parts).decode()
+        conversation_store().share(alice_scope, conversation_id, shared=False)
+        unshared = time.monotonic()
+        for part in parts:
+            raw += part.decode()
+        elapsed = time.monotonic() - unshared
+    finally:
+        stream.close()
+        alice_client.post(f"/api/conversations/{conversation_id}/turns/cancel/")
+    events = [event for _, event in parse_sse(raw)]
+    check_sequence(events)
+    assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "not_found"
+    assert elapsed < 0.2 + 0.5, elapsed
+    assert hub.count(conversation_id) == 0

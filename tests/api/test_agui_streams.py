@@ -165,3 +165,28 @@ def test_the_stream_past_the_cap_is_429_and_a_client_that_leaves_frees_its_place
                     break
             assert time.monotonic() < deadline, "a departed client's place was never freed"
             time.sleep(0.2)
+
+
+ACCESS_CHECK_INTERVAL = 0.5
+
+
+def test_a_reader_whose_conversation_is_unshared_gets_run_error_not_found_within_the_access_check_interval() -> None:
+    """Bob reads alice's shared conversation mid-turn; she unshares it: his stream ends RUN_ERROR not_found within
+    WEBSOCKET_ACCESS_CHECK_INTERVAL (0.5 s here) and receives no more text (before: the whole turn, then RUN_FINISHED)."""
+    alice, _ = make_user("unshare-alice")
+    _, bob_key = make_user("unshare-bob")
+    conversation_id = conversation_store().create(alice, agent="paced").id
+    conversation_store().share(alice, conversation_id)
+    with agui_server(AP_ACCESS_CHECK_INTERVAL=str(ACCESS_CHECK_INTERVAL)) as server, paced_turn(alice, conversation_id), \
+            httpx.Client(timeout=httpx.Timeout(30)) as client, contextlib.ExitStack() as stack:
+        stream = Stream(stack, client, agui_url(server, conversation_id), bob_key)
+        assert stream.status == 200
+        stream.read_until("TEXT_MESSAGE_CONTENT")
+        conversation_store().share(alice, conversation_id, shared=False)
+        unshared = time.monotonic()
+        ended = stream.read_until("RUN_ERROR", timeout=15)
+        elapsed = time.monotonic() - unshared
+        print(f"\nRUN_ERROR {ended['code']} {elapsed:.2f} s after the unshare (interval {ACCESS_CHECK_INTERVAL} s)")
+        assert ended["code"] == "not_found"
+        assert elapsed < ACCESS_CHECK_INTERVAL + 0.5, elapsed
+        assert not any(event["type"] == "RUN_FINISHED" for event in stream.events)
