@@ -39,6 +39,7 @@ from agents import Agent as SDKAgent
 from agents import FunctionTool, RunConfig, Runner
 from agents.items import ModelResponse
 from agents.memory import SessionSettings
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.models.interface import Model
 from agents.usage import Usage
 from asgiref.sync import sync_to_async
@@ -46,6 +47,7 @@ from django.db import transaction
 from openai.types.responses import Response, ResponseCompletedEvent, ResponseTextDeltaEvent
 from pydantic_core import to_jsonable_python
 
+from ..conf import app_settings
 from ..exceptions import NotFound
 from ..models import InterruptKind
 from ..runtime.agents import Agent
@@ -135,15 +137,19 @@ class ConversationSession:
     """The SDK's ``Session`` protocol on one conversation of the conversation store.
 
     ``agent`` names the conversation's agent when ``add_items`` creates it.
+    ``session_settings`` is a ``SessionSettings`` or a plain dict, coerced as
+    the SDK's own sessions do (``TypeError`` on an unknown key or another type).
     """
 
     def __init__(self, scope: "Scope", conversation_id: Any, *, agent: str = "",
-                 session_settings: SessionSettings | None = None) -> None:
+                 session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
         self.scope = scope
         self.conversation_id = conversation_id
         self.session_id = str(conversation_id)
         self.agent = agent
-        self.session_settings = session_settings or SessionSettings()
+        self.session_settings = (
+            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
+        )
 
     def _store(self) -> Any:
         from ..stores import conversation_store
@@ -154,19 +160,44 @@ class ConversationSession:
         messages: list[Message] = []
         try:
             while True:
-                page = self._store().list_messages(self.scope, self.conversation_id, limit=100, offset=len(messages))
+                after = messages[-1].id if messages else None
+                page = self._store().list_messages(self.scope, self.conversation_id, limit=100, after=after,
+                                                   with_total=False)
                 messages.extend(page.items)
                 if not page.has_more:
                     return messages
         except NotFound:
             return []
 
+    def _latest_items(self, limit: int) -> list[Any]:
+        """The latest ``limit`` items, reading the newest messages only (keyset pages of at most ``limit`` rows).
+
+        A message stands for one item, several (an answer the app wrote with its
+        tool calls) or none (an empty answer): the window reads on, past the
+        oldest message read, only while it holds fewer than ``limit`` items.
+        """
+        newest_first: list[Message] = []
+        items: list[Any] = []
+        page_size = min(limit, int(app_settings.MAX_PAGE_SIZE))
+        while True:
+            before = newest_first[-1].id if newest_first else None
+            try:
+                page = self._store().list_messages(self.scope, self.conversation_id, limit=page_size, order="desc",
+                                                   before=before, with_total=False)
+            except NotFound:
+                return []
+            newest_first.extend(page.items)
+            items = items_for_transcript(newest_first[::-1])
+            if len(items) >= limit or not page.has_more:
+                return items[-limit:]
+            page_size = min(max(limit - len(items), 1), int(app_settings.MAX_PAGE_SIZE))
+
     def get_items_sync(self, limit: int | None = None) -> list[Any]:
-        """The history, oldest first; with ``limit``, the latest ``limit`` items."""
+        """The history, oldest first; with ``limit`` (else ``session_settings.limit``), the latest ``limit`` items."""
+        limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
-            limit = self.session_settings.limit
-        items = items_for_transcript(self._messages())
-        return items if limit is None else items[-limit:] if limit > 0 else []
+            return items_for_transcript(self._messages())
+        return self._latest_items(limit) if limit > 0 else []
 
     def add_items_sync(self, items: list[Any]) -> None:
         """Append ``items`` in one transaction, in order (the conversation is created if absent)."""
