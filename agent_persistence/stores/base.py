@@ -593,9 +593,30 @@ def clean_order(order: Any, default: str) -> str:
     return order
 
 
+#: The longest tenant or user id a scope may carry (the ``tenant`` and ``owner`` columns' length).
+MAX_SCOPE_LENGTH = 255
+
+
 def check_scope(scope: Any) -> Scope:
+    """``scope`` if it is a Scope whose tenant and user every store's columns can hold.
+
+    The one check of a scope, applied by every store call before any query:
+    a tenant or user longer than :data:`MAX_SCOPE_LENGTH` characters, or with a
+    NUL or a lone surrogate, is Validation code ``invalid_scope`` with
+    ``details.field`` ``scope.tenant`` or ``scope.user`` (never stored, never a
+    driver error). Not a Scope at all is TypeError: a programming error.
+    """
     if not isinstance(scope, Scope):
         raise TypeError("Store calls take a Scope as their first argument.")
+    for name, value in (("tenant", scope.tenant), ("user", scope.user)):
+        if len(value) > MAX_SCOPE_LENGTH:
+            raise Validation(f"The scope's {name} is longer than {MAX_SCOPE_LENGTH} characters.",
+                             code="invalid_scope", field=f"scope.{name}")
+        try:
+            json_policy.check_text(value, f"scope.{name}")
+        except Validation as error:
+            raise Validation(f"The scope's {name} {error.message.split(' ', 1)[1]}",
+                             code="invalid_scope", field=f"scope.{name}") from None
     return scope
 
 
