@@ -34,7 +34,7 @@ from ..serializers.artifacts import (
     GenerationRunUpdateInputSerializer,
 )
 from ..serializers.base import ErrorSerializer, error_responses
-from .base import ScopedAPIView
+from .base import ScopedAPIView, download_filename
 from .conversations import LIMIT, OFFSET, READ_ERRORS, TOTAL, WRITE_ERRORS, text_param, validated
 
 PAGING = [LIMIT, OFFSET, TOTAL]
@@ -184,7 +184,7 @@ class ArtifactContentView(ScopedAPIView):
             LimitedReader(stream, length),
             status=answer,
             as_attachment=True,
-            filename=artifact.name or str(artifact.pk),
+            filename=download_filename(artifact.name, str(artifact.pk)),
             content_type=artifact.media_type,
         )
         response["Content-Length"] = str(length)

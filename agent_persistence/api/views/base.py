@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any, Callable
 
 from drf_spectacular.openapi import AutoSchema
@@ -35,3 +36,15 @@ class ScopedAPIView(APIView):
         assert scope is not None, "HasScope let an unscoped request through"
         return scope
 
+
+
+def download_filename(name: str | None, fallback: str) -> str:
+    """``name`` as a download's Content-Disposition filename: without format (Cf) or control (Cc) characters.
+
+    Bidi controls (U+202E RIGHT-TO-LEFT OVERRIDE shows ``invoice\u202egpj.exe`` as
+    ``invoiceexe.jpg``), zero-width characters and control characters never reach
+    the header; the stored name is unchanged. ``fallback`` (the record's id) when
+    nothing is left.
+    """
+    cleaned = "".join(char for char in name or "" if unicodedata.category(char) not in ("Cf", "Cc")).strip()
+    return cleaned or fallback

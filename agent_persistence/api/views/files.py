@@ -27,7 +27,7 @@ from ..parsers import UploadParser
 from ..schema import extend_schema
 from ..serializers.base import error_responses, representation
 from ..serializers.files import FilePageSerializer, FileSerializer, FileUploadInputSerializer
-from .base import ScopedAPIView
+from .base import ScopedAPIView, download_filename
 from .conversations import READ_ERRORS, keyset_paging_parameters, order_param, text_param, validated
 
 
@@ -143,6 +143,6 @@ class FileContentView(ScopedAPIView):
         store = file_store()
         record = store.get(self.scope, file_id)
         stream = store.open(self.scope, record.pk)
-        response = FileResponse(stream, as_attachment=True, filename=record.name, content_type=record.content_type)
+        response = FileResponse(stream, as_attachment=True, filename=download_filename(record.name, str(record.pk)), content_type=record.content_type)
         response["Content-Length"] = str(record.size)
         return response
