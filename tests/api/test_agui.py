@@ -318,11 +318,31 @@ def test_a_run_with_resume_entries_answers_the_interrupt_and_streams_the_rest_of
     assert after[0].run_id == "run-2" and after[-1].outcome.type == "success"
     assert text_of(before) + text_of(after) == ANSWER
     assert results_of(after) == [("call-1", {"answer": "result of q1"})]
-    # The same request again (a client retrying): the answer stands, the turn does not run again, nothing is sent twice.
-    third, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json"))
-    check_sequence([event for _, event in third])
-    assert text_of([event for _, event in third]) == "" and results_of([event for _, event in third]) == []
     assert {e.message_id for e in after if e.type == EventType.TEXT_MESSAGE_START} == {turn["message_id"]}
+
+
+def test_a_retried_resume_answers_nothing_new_and_streams_again_from_where_the_interrupted_run_ended(
+    alice_client: APIClient, conversation_id: uuid.UUID, tmp_path: Any
+) -> None:
+    """docs/reference/agui.md: the same POST with the same resume again (a client whose first response was lost)
+    streams the turn from the same position as the first: the text and tool result after the interrupt, again;
+    the tool ran once and the answer is not given twice."""
+    turn = start_turn(alice_client, conversation_id, agent="approval")
+    first, _ = read_stream(alice_client.get(agui_url(conversation_id)))
+    (interrupt,) = first[-1][1].outcome.interrupts
+    body = {"threadId": str(conversation_id), "runId": "run-2", "messages": [],
+            "resume": [{"interruptId": interrupt.id, "status": "resolved", "payload": {"approved": True}}]}
+    second, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json"))
+    third, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json"))
+    before, after, again = ([event for _, event in pairs] for pairs in (first, second, third))
+    check_sequence(again)
+    assert text_of(before) + text_of(after) == ANSWER
+    assert text_of(again) == text_of(after) and text_of(again), "the retry streams from where the interrupted run ended"
+    assert results_of(again) == results_of(after) == [("call-1", {"answer": "result of q1"})]
+    assert again[-1].type == EventType.RUN_FINISHED and again[-1].outcome.type == "success"
+    assert third[0][0] == second[0][0], "both start at the same position"
+    assert (tmp_path / "tools.log").read_text().count("start q1") == 1, "the turn ran once"
+    assert {e.message_id for e in again if e.type == EventType.TEXT_MESSAGE_START} == {turn["message_id"]}
 
 
 def test_a_failure_inside_the_stream_ends_the_run_with_run_error_and_releases_everything(

@@ -10,6 +10,7 @@ The stream itself is :mod:`agent_persistence.agui.streams`; see
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any
 
@@ -29,7 +30,7 @@ from ...conf import app_settings
 from ...exceptions import Conflict, TooManyRequests, Validation
 from ...runtime import loop
 from ...runtime.turns import continue_turn
-from ...stores import turn_store
+from ...stores import metadata_store, turn_store
 from ...stores.protocols import TurnView
 from ..schema import extend_schema
 from ..serializers.base import error_responses
@@ -130,6 +131,36 @@ def release_connections() -> None:
             conn.close()
 
 
+#: The metadata store's namespace of this endpoint's server-side state (never exposed).
+NAMESPACE = "agent_persistence.agui"
+
+
+def resume_key(conversation_id: Any, resume: list[ResumeEntry]) -> str:
+    """The key of one batch of resume entries (its interrupts, in any order) of one conversation."""
+    ids = sorted({str(entry.interrupt_id) for entry in resume})
+    return f"resume:{conversation_id}:{hashlib.sha256(chr(10).join(ids).encode()).hexdigest()}"
+
+
+def resume_position(scope: Any, key: str, turn: TurnView) -> tuple[Position, bool]:
+    """Where the interrupted run that a batch answers ended, and whether it is to be remembered now.
+
+    The first request of a batch finds the turn parked: the end of its recording is the
+    position, kept (under ``key``) once the answers are committed, so the same request again
+    (a client retrying after a lost response) streams from the same position, although the
+    turn has gone on since. A batch with no kept position whose turn is not parked any more
+    (answered some other way) streams from the turn's end.
+    """
+    kept = metadata_store().get(scope, NAMESPACE, key)
+    if isinstance(kept, str):
+        try:
+            position = parse_position(kept)
+        except Validation:
+            position = None
+        if position is not None and position.message_id == turn.message_id:
+            return position, False
+    return end_of(turn), turn.state == "interrupted"
+
+
 @non_atomic
 class AgUiStreamView(ScopedAPIView):
     """The conversation's turn as an AG-UI run over server-sent events, resumable with Last-Event-ID."""
@@ -178,8 +209,12 @@ class AgUiStreamView(ScopedAPIView):
             if start is not None:
                 start = check_position(start, turn)
             if resume:
-                start = start or end_of(turn)
+                key = resume_key(uuid.UUID(str(conversation_id)), resume)
+                position, remember = resume_position(self.scope, key, turn)
+                start = start or position
                 loop.run(continue_turn(self.scope, conversation_id, answers_of(resume)))
+                if remember:
+                    metadata_store().set(self.scope, NAMESPACE, key, str(position))
             release_connections()
             asgi = isinstance(request._request, ASGIRequest)
             events = event_stream(self.scope, uuid.UUID(str(conversation_id)), start=start, run_id=run_id, use_relay=asgi)
