@@ -13,6 +13,13 @@ client that disconnects cancels it, and its ``finally`` releases the follower's
 task, its hub subscription and its relay count); :func:`blocking_event_stream`
 drives the same generator on an event loop of its own, for WSGI servers and
 Django's test client.
+
+What a stream holds, as the websocket's sockets (:mod:`agent_persistence.realtime.sockets`):
+a place under ``SSE_MAX_PER_USER`` in this process (:func:`admit_stream`, taken by the view
+before any query and given back when the server closes the response), and a place in its
+loop's access sweep (:func:`watched`), which ends it with ``RUN_ERROR not_found`` within
+``WEBSOCKET_ACCESS_CHECK_INTERVAL`` once its user may no longer read the conversation. It
+holds no database connection: each read takes one and gives it back.
 """
 
 from __future__ import annotations
