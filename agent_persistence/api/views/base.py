@@ -6,8 +6,10 @@ import unicodedata
 from typing import Any, Callable
 
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import extend_schema
 from rest_framework.views import APIView
 
+from ... import exceptions as domain
 from ...scope import Scope
 from ..errors import exception_handler
 from ..parsers import JSONBodyParser
@@ -48,3 +50,19 @@ def download_filename(name: str | None, fallback: str) -> str:
     """
     cleaned = "".join(char for char in name or "" if unicodedata.category(char) not in ("Cf", "Cc")).strip()
     return cleaned or fallback
+
+
+@extend_schema(exclude=True)
+class UnknownResourceView(ScopedAPIView):
+    """The JSON 404 of a path under one of the API's resources that no route matches.
+
+    Django decodes ``%2F`` before resolving, so an id holding one
+    (``conversations/a%2Fb/``) reaches no route: this view answers it, for every
+    method, as an unknown id is answered (401 first when anonymous). Not in the
+    OpenAPI schema: it is no endpoint.
+    """
+
+    def refuse(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        raise domain.NotFound()
+
+    get = post = put = patch = delete = refuse
