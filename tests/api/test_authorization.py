@@ -36,7 +36,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agent_persistence.models import TurnSupervision
+from agent_persistence.models import Run, TurnSupervision
 from agent_persistence.runtime.turns import begin_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import (
@@ -49,11 +49,22 @@ from agent_persistence.stores import (
     task_store,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
+
+#: Rows whose calls start, resume, stop or continue a turn: a producer on the process's producer loop
+#: (another thread, its own connection) must see the world, so their cells commit it (transaction=True)
+#: and wait for their producers. Every other cell runs in a rolled-back transaction and must start none.
+PRODUCING_ROWS = {("turn-start", "POST"), ("turn-resume", "POST"), ("turn-cancel", "POST"), ("conversation-interrupts", "POST")}
 
 ACTORS = ("owner", "other", "reader", "tenant", "anon")
 #: Endpoints the matrix does not cover, with the reason (the schema itself is public).
-NOT_IN_MATRIX = {("schema", "GET"): "the OpenAPI schema is public"}
+NOT_IN_MATRIX = {
+    ("schema", "GET"): "the OpenAPI schema is public",
+    **{
+        ("unknown-resource", method): "no resource: the API's JSON 404 for every caller (tests/api/test_slash_ids.py)"
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+    },
+}
 FAST = {"HEARTBEAT_INTERVAL": 0.1, "DEAD_AFTER": 0.6, "RECORDING_FLUSH_INTERVAL": 0.05, "CHECKPOINT_INTERVAL": 0.2}
 MCP_SERVERS = {
     "docs": {
@@ -322,11 +333,6 @@ def matrix_settings(settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: An
     monkeypatch.setenv("AP_CHUNK_DELAY", "0.002")
 
 
-@pytest.fixture(autouse=True)
-def drained(drained_producer_loop: None) -> None:
-    """Every test here waits for its producers (conftest's drained_producer_loop)."""
-
-
 @pytest.fixture
 def actors(alice_user: Any, bob_user: Any, mallory_user: Any) -> dict[str, Any]:
     return {"owner": alice_user, "other": bob_user, "reader": bob_user, "tenant": mallory_user, "anon": None}
@@ -342,18 +348,31 @@ def call(client: APIClient, method: str, row: Row, world: World) -> Any:
     return getattr(client, method.lower())(row.path(world), **kwargs)
 
 
-CELLS = [(name, method, actor) for (name, method) in MATRIX for actor in ACTORS]
+CELLS = [
+    pytest.param(
+        name, method, actor, id=f"{method} {name} as {actor}",
+        marks=[pytest.mark.django_db(transaction=True)] if (name, method) in PRODUCING_ROWS else [],
+    )
+    for (name, method) in MATRIX
+    for actor in ACTORS
+]
 
 
-@pytest.mark.parametrize(("name", "method", "actor"), CELLS, ids=[f"{m} {n} as {a}" for n, m, a in CELLS])
-def test_cell(name: str, method: str, actor: str, actors: dict[str, Any], alice_scope: Scope) -> None:
+@pytest.mark.parametrize(("name", "method", "actor"), CELLS)
+def test_cell(name: str, method: str, actor: str, actors: dict[str, Any], alice_scope: Scope, request: pytest.FixtureRequest) -> None:
     """The endpoint answers the actor exactly the matrix's status, with an error body carrying its code."""
     row = MATRIX[(name, method)]
+    producing = (name, method) in PRODUCING_ROWS
+    if producing:
+        request.getfixturevalue("drained_producer_loop")
     world = build_world(alice_scope, shared=actor == "reader", kind=row.world)
     client = APIClient()
     if actors[actor] is not None:
         client.force_authenticate(actors[actor])
+    runs = Run.objects.count()
     response = call(client, method, row, world)
+    if not producing:
+        assert Run.objects.count() <= runs, f"{method} {name} started a run: add the row to PRODUCING_ROWS"
     if getattr(response, "streaming", False):
         b"".join(response.streaming_content)
         response.close()
