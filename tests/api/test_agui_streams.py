@@ -15,6 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any, Iterator
@@ -29,7 +32,8 @@ from agent_persistence.runtime import loop
 from agent_persistence.runtime.turns import cancel_turn, start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store
-from tests.realtime.servers import Server, server_env
+from agent_persistence.models import TurnSupervision
+from tests.realtime.servers import ROOT, Server, server_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -190,3 +194,44 @@ def test_a_reader_whose_conversation_is_unshared_gets_run_error_not_found_within
         assert ended["code"] == "not_found"
         assert elapsed < ACCESS_CHECK_INTERVAL + 0.5, elapsed
         assert not any(event["type"] == "RUN_FINISHED" for event in stream.events)
+
+
+def test_a_reader_of_a_dead_turn_is_ended_too_when_the_conversation_is_unshared() -> None:
+    """The producer is SIGKILLed: bob's stream shows the turn dead and would stay open (keep-alives) until someone
+    resumes it; alice unshares: RUN_ERROR not_found within the interval all the same."""
+    alice, _ = make_user("dead-alice")
+    _, bob_key = make_user("dead-bob")
+    conversation_id, message_id = uuid.uuid4(), uuid.uuid4()
+    env = {**os.environ, "AP_TEST_DB_NAME": str(connection.settings_dict["NAME"]), "AP_CHUNK_DELAY": "0.1",
+           "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "tests.turn_process", "start", alice.tenant, alice.user, str(conversation_id), str(message_id), "scripted"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not TurnSupervision.objects.filter(pk=conversation_id).exists():
+            assert time.monotonic() < deadline and producer.poll() is None, "the producer never claimed the turn"
+            time.sleep(0.05)
+        conversation_store().share(alice, conversation_id)
+        with agui_server(AP_ACCESS_CHECK_INTERVAL=str(ACCESS_CHECK_INTERVAL)) as server, \
+                httpx.Client(timeout=httpx.Timeout(30)) as client, contextlib.ExitStack() as stack:
+            stream = Stream(stack, client, agui_url(server, conversation_id), bob_key)
+            assert stream.status == 200
+            stream.read_until("TEXT_MESSAGE_CONTENT")
+            producer.send_signal(signal.SIGKILL)
+            producer.wait(timeout=10)
+            while True:  # the follower notices the dead producer (DEAD_AFTER 3 s)
+                snapshot = stream.read_until("STATE_SNAPSHOT", timeout=20)
+                if snapshot["snapshot"]["turn"]["state"] == "dead":
+                    break
+            conversation_store().share(alice, conversation_id, shared=False)
+            unshared = time.monotonic()
+            ended = stream.read_until("RUN_ERROR", timeout=15)
+            elapsed = time.monotonic() - unshared
+            print(f"\ndead turn: RUN_ERROR {ended['code']} {elapsed:.2f} s after the unshare")
+            assert ended["code"] == "not_found" and elapsed < ACCESS_CHECK_INTERVAL + 0.5, (ended, elapsed)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait(timeout=10)
