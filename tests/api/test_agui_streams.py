@@ -33,9 +33,9 @@ from agent_persistence.runtime.turns import cancel_turn, start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store
 from agent_persistence.models import TurnSupervision
-from tests.realtime.servers import ROOT, Server, server_env
+from tests.realtime.servers import ROOT, Server, server_env, start_servers
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180), pytest.mark.e2e]  # real server processes
 
 ON_POSTGRESQL = os.environ.get("DATABASE_URL", "").startswith("postgres")
 
@@ -63,9 +63,8 @@ def agui_server(**extra: str) -> Iterator[Server]:
     env = server_env(str(connection.settings_dict["NAME"]), redis=False)
     env.pop("AP_FAST_TIMINGS", None)  # the default timings: reads of the recording every 0.5 s
     env.update({"DJANGO_SETTINGS_MODULE": "tests.api.agui_settings", **extra})
-    server = Server(env, f"agui-{uuid.uuid4().hex[:6]}")
+    (server,) = start_servers(env, count=1)  # a process of its own (the suite's tiers count it e2e)
     try:
-        server.wait_ready()
         yield server
     finally:
         server.stop()
