@@ -72,7 +72,8 @@ def test_create_with_a_wrong_type_is_400_invalid_and_writes_nothing(
     response = alice_client.post(url("conversation-list"), body, format="json")
     assert response.status_code == 400
     assert response.json()["code"] == code
-    assert field in response.json()["details"]
+    details = response.json()["details"]
+    assert details["field"] == field and field in details["errors"]
     assert Conversation.objects.count() == 0
 
 
@@ -82,7 +83,7 @@ def test_create_with_an_unknown_field_is_400_unknown_field(alice_client: Any) ->
     assert response.json() == {
         "code": "unknown_field",
         "message": "Unknown field(s): owner.",
-        "details": {"fields": ["owner"]},
+        "details": {"field": "owner", "fields": ["owner"]},
     }
     assert Conversation.objects.count() == 0
 

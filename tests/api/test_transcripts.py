@@ -183,7 +183,7 @@ def test_a_created_at_that_cannot_be_stored_is_400_with_its_code(
     body = {"messages": [{"role": "user", "content": "x", "created_at": created_at}]}
     response = save(alice_client, method, conversation.pk, body)
     assert_error(response, 400, code)
-    assert response.json()["details"]["field"] == "created_at"
+    assert response.json()["details"]["field"] == "messages[0].created_at"
     assert stored(conversation) == before
 
 

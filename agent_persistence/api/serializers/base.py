@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import ISO_8601, serializers
+from rest_framework.fields import SkipField, get_error_detail
 from rest_framework.settings import api_settings
 
 from ...exceptions import Validation
@@ -50,24 +52,58 @@ def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
     }
 
 
+#: The codes of the domain errors input fields have raised (``future_time`` ...), as opposed to DRF's own
+#: (``required``, ``invalid_choice`` ...): DRF rebuilds error details level by level, keeping only text and code,
+#: so the API's exception handler tells a domain error of a nested field by its code.
+DOMAIN_CODES: set[str] = set()
+
+
+def domain_error_detail(error: Validation) -> serializers.ErrorDetail:
+    """A domain :class:`~agent_persistence.exceptions.Validation` raised by a field, as that field's error."""
+    DOMAIN_CODES.add(error.code)
+    return serializers.ErrorDetail(error.message, code=error.code)
+
+
 class StrictSerializer(serializers.Serializer):
     """A serializer that refuses undeclared fields with ``unknown_field`` (400).
 
     Read-only fields count as unknown in input: a client cannot set them.
-    Nested strict serializers check their own level.
+    Nested strict serializers check their own level. Errors are collected per
+    field, including the domain ``Validation`` a field raises (``future_time``
+    of a message's ``created_at``), so that the answer names the path of the
+    first one (``messages[0].created_at``, see ``api/errors.py``).
     """
 
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            writable = {name for name, field in self.fields.items() if not field.read_only}
-            unknown = sorted(str(key) for key in data if key not in writable)
-            if unknown:
-                raise Validation(
-                    f"Unknown field(s): {', '.join(unknown)}.",
-                    code="unknown_field",
-                    fields=unknown,
-                )
-        return super().to_internal_value(data)
+        if not isinstance(data, Mapping):
+            return super().to_internal_value(data)  # DRF's "Invalid data. Expected a dictionary" error
+        writable = {name for name, field in self.fields.items() if not field.read_only}
+        unknown = sorted(str(key) for key in data if key not in writable)
+        if unknown:
+            raise serializers.ValidationError(
+                {key: [serializers.ErrorDetail("Unknown field.", code="unknown_field")] for key in unknown}
+            )
+        validated: dict[str, Any] = {}
+        errors: dict[str, Any] = {}
+        for field in self._writable_fields:
+            validate_method = getattr(self, "validate_" + field.field_name, None)
+            try:
+                value = field.run_validation(field.get_value(data))
+                if validate_method is not None:
+                    value = validate_method(value)
+            except serializers.ValidationError as exc:
+                errors[field.field_name] = exc.detail
+            except DjangoValidationError as exc:
+                errors[field.field_name] = get_error_detail(exc)
+            except Validation as exc:
+                errors[field.field_name] = [domain_error_detail(exc)]
+            except SkipField:
+                pass
+            else:
+                self.set_value(validated, field.source_attrs, value)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return validated
 
 
 class StrictCharField(serializers.CharField):
