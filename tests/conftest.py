@@ -98,8 +98,24 @@ def tier_of(item: pytest.Item) -> str:
     return "unit"
 
 
+def without_database(item: pytest.Item) -> None:
+    """Drop the ``django_db`` marks of a test that blocks the database (an in-memory family's contract run).
+
+    A contract suite marks its race tests ``django_db(transaction=True)`` for the ORM families; run on
+    the in-memory family (whose ``no_database`` fixture blocks every query) the marks would only set up,
+    and flush, a database the test may not touch.
+    """
+    if isinstance(item, pytest.Function) and "no_database" in item.fixturenames:
+        for node in item.listchain():
+            if node is item or isinstance(node, pytest.Class):  # the class's fixture blocks all its tests
+                node.own_markers[:] = [mark for mark in node.own_markers if mark.name != "django_db"]
+            elif any(mark.name == "django_db" for mark in node.own_markers):
+                raise pytest.UsageError(f"{item.nodeid} blocks the database but {node.nodeid} marks it django_db.")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        without_database(item)
         tier = tier_of(item)
         for other in TIERS:
             if other != tier and item.get_closest_marker(other) is not None:
