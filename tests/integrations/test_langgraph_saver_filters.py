@@ -24,7 +24,8 @@ from langgraph.types import Command
 from agent_persistence.integrations.langgraph_store import DjangoCheckpointSaver
 from tests.integrations.test_langgraph_checkpointer import Mode, approval_graph, thread
 
-pytestmark = pytest.mark.django_db(transaction=True)
+#: The async list and the sync API inside a loop query from other threads: those two commit their rows.
+pytestmark = pytest.mark.django_db
 
 HOSTILE_KEYS = [
     "123", "0", "-1", "a__b", "a__contains", "step__gt", "__", "x__isnull", "has__key", 'q"uote', "it's", "a.b", "$", "$.a",
@@ -81,6 +82,7 @@ def test_a_numeric_key_and_a_dunder_key_match_their_rows() -> None:
     assert listed(saver, {"123": "num"}) != listed(saver, {"123": "nothing"})
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_async_list_takes_the_same_filter() -> None:
     saver = DjangoCheckpointSaver()
     saved_rows(saver)
@@ -89,6 +91,7 @@ def test_the_async_list_takes_the_same_filter() -> None:
     assert [item.checkpoint["id"] for item in found] == ["1ef00000-0000-6000-8000-000000000000"]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_sync_api_works_inside_a_running_event_loop() -> None:
     """``graph.invoke()`` (and the saver's sync methods) called from ``async def``, as with peer savers."""
     saver = DjangoCheckpointSaver()
