@@ -21,7 +21,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import Exists, JSONField, Model, Q, Subquery
+from django.db.models import Count, Exists, JSONField, Model, Q, Subquery, Window
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
@@ -228,9 +228,23 @@ def paginate(queryset: Any, limit: int, offset: int, *, with_total: bool = True)
     if not with_total:
         rows = list(queryset[offset : offset + limit + 1])
         return Page(items=rows[:limit], total=None, limit=limit, offset=offset, has_more=len(rows) > limit)
-    total = queryset.count()
-    items = list(queryset[offset : offset + limit]) if offset < total else []
-    return Page(items=items, total=total, limit=limit, offset=offset)
+    # The total and the items of one page come from one snapshot: the page's statement counts the
+    # listing too (COUNT(*) OVER ()), since a count and a page read apart see different commits when
+    # a writer runs between them. An empty page counts alone; a count that says the page should have
+    # had rows means a write came in between, and the page is read again.
+    for _ in range(PAGE_SNAPSHOT_ATTEMPTS):
+        total = queryset.count()
+        if offset >= total:
+            return Page(items=[], total=total, limit=limit, offset=offset)
+        items = list(queryset.annotate(page_total_=Window(Count("*")))[offset : offset + limit])
+        if items:
+            total = items[0].page_total_
+            return Page(items=items, total=total, limit=limit, offset=offset)
+    return Page(items=[], total=offset, limit=limit, offset=offset)
+
+
+#: How many times :func:`paginate` reads a counted page whose rows all went between its count and its read.
+PAGE_SNAPSHOT_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
