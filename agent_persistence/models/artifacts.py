@@ -59,6 +59,8 @@ class Blob(models.Model):
     content = models.FileField(storage=blob_storage, max_length=500)
     content_type = models.CharField(max_length=255, default="application/octet-stream")
     size = models.PositiveBigIntegerField()
+    #: Text pairs the caller keeps with the bytes (TanStack's ``customMetadata``); a put replaces them.
+    custom_metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
