@@ -101,11 +101,50 @@ def prefix_upper_bound(prefix: str) -> str | None:
 
 
 def clean_limit(limit: Any) -> int:
+    """A page size from 0 (an empty page, as TanStack's ``list({limit: 0})``) to ``MAX_PAGE_SIZE``."""
     if limit is None:
         return app_settings.DEFAULT_PAGE_SIZE
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= app_settings.MAX_PAGE_SIZE:
-        raise Validation(f"limit must be a whole number from 1 to {app_settings.MAX_PAGE_SIZE}.", field="limit")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= app_settings.MAX_PAGE_SIZE:
+        raise Validation(f"limit must be a whole number from 0 to {app_settings.MAX_PAGE_SIZE}.", field="limit")
     return limit
+
+
+#: At most this many custom metadata pairs per blob, keys of at most 256 and values of at most 2048 characters.
+MAX_CUSTOM_METADATA_PAIRS = 64
+MAX_CUSTOM_METADATA_KEY = 256
+MAX_CUSTOM_METADATA_VALUE = 2048
+
+
+def clean_custom_metadata(custom_metadata: Any) -> dict[str, str]:
+    """Text keys to text values (TanStack's ``customMetadata: Record<string, string>``); None reads as ``{}``.
+
+    Anything else is Validation("invalid", field ``custom_metadata``): a key
+    that is empty or longer than 256 characters, a value longer than 2048,
+    more than 64 pairs, control characters in a key, NUL or a lone surrogate anywhere.
+    """
+    if custom_metadata is None:
+        return {}
+
+    def refuse(why: str) -> Validation:
+        return Validation(f"custom_metadata {why}.", field="custom_metadata")
+
+    if not isinstance(custom_metadata, dict):
+        raise refuse("must be an object of text keys to text values")
+    if len(custom_metadata) > MAX_CUSTOM_METADATA_PAIRS:
+        raise refuse(f"may hold at most {MAX_CUSTOM_METADATA_PAIRS} pairs")
+    cleaned: dict[str, str] = {}
+    for key, value in custom_metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise refuse("must map text keys to text values")
+        if not 1 <= len(key) <= MAX_CUSTOM_METADATA_KEY or _CONTROL_CHARACTERS.search(key):
+            raise refuse(f"keys must be 1 to {MAX_CUSTOM_METADATA_KEY} characters, no control characters")
+        if len(value) > MAX_CUSTOM_METADATA_VALUE:
+            raise refuse(f"values may be at most {MAX_CUSTOM_METADATA_VALUE} characters")
+        for text in (key, value):
+            if "\x00" in text or any(0xD800 <= ord(char) <= 0xDFFF for char in text):
+                raise refuse("may not contain NUL or lone surrogates")
+        cleaned[key] = value
+    return cleaned
 
 
 # -- byte ranges ------------------------------------------------------------------------------
@@ -241,7 +280,9 @@ def delete_content_on_commit(storage: Any, name: str) -> None:
     transaction.on_commit(remove)
 
 
-def write_blob(tenant: str, key: str, name: str, content_type: str, size: int) -> Blob:
+def write_blob(
+    tenant: str, key: str, name: str, content_type: str, size: int, custom_metadata: dict[str, str] | None = None
+) -> Blob:
     """Point ``(tenant, key)`` at the stored ``name``, creating the row or replacing what it held.
 
     Runs in the caller's transaction (or its own). The replaced bytes are
@@ -249,21 +290,24 @@ def write_blob(tenant: str, key: str, name: str, content_type: str, size: int) -
     constraint: the loser finds the winner's row and replaces it.
     """
     with transaction.atomic():
-        now = timezone.now()
+        now, custom_metadata = timezone.now(), custom_metadata or {}
         for _ in range(2):
             existing = Blob.objects.select_for_update().filter(tenant=tenant, key=key).first()
             if existing is not None:
                 replaced = existing.content.name
-                Blob.objects.filter(pk=existing.pk).update(content=name, content_type=content_type, size=size, updated_at=now)
+                Blob.objects.filter(pk=existing.pk).update(
+                    content=name, content_type=content_type, size=size, custom_metadata=custom_metadata, updated_at=now
+                )
                 if replaced and replaced != name:
                     delete_content_on_commit(existing.content.storage, replaced)
                 existing.content.name, existing.content_type, existing.size, existing.updated_at = name, content_type, size, now
+                existing.custom_metadata = custom_metadata
                 return existing
             try:
                 with transaction.atomic():
                     return Blob.objects.create(
-                        tenant=tenant, key=key, content=name, content_type=content_type, size=size, created_at=now,
-                        updated_at=now,
+                        tenant=tenant, key=key, content=name, content_type=content_type, size=size,
+                        custom_metadata=custom_metadata, created_at=now, updated_at=now,
                     )
             except IntegrityError:
                 continue  # another writer inserted the key since we looked: replace its row
@@ -288,23 +332,32 @@ def read_range(stream: IO[bytes], blob: Blob, byte_range: ByteRange | None) -> B
 class BlobStore:
     """Bytes under caller keys, per tenant: rows through the ORM, bytes through Django's storage API."""
 
-    def put(self, tenant: str, key: str, content: Content, *, content_type: str | None = None) -> Blob:
-        """Store ``content`` under ``key``, replacing what the key held; the blob's row.
+    def put(
+        self,
+        tenant: str,
+        key: str,
+        content: Content,
+        *,
+        content_type: str | None = None,
+        custom_metadata: dict[str, str] | None = None,
+    ) -> Blob:
+        """Store ``content`` under ``key``, replacing what the key held (its custom metadata too); the blob's row.
 
         Everything is checked before the storage is touched; a put that fails
         leaves the key as it was and no bytes behind.
         """
         tenant, key = clean_tenant(tenant), clean_key(key)
         content_type = clean_content_type(content_type)
+        custom_metadata = clean_custom_metadata(custom_metadata)
         name, size = store_content(content)
         try:
-            return write_blob(tenant, key, name, content_type, size)
+            return write_blob(tenant, key, name, content_type, size, custom_metadata)
         except BaseException:
             discard_content(name)
             raise
 
     def head(self, tenant: str, key: str) -> Blob | None:
-        """The blob's row (size, content type, times) without its bytes; None when the key holds nothing."""
+        """The blob's row (size, content type, custom metadata, times) without its bytes; None when absent."""
         tenant, key = clean_tenant(tenant), clean_key(key)
         return Blob.objects.filter(tenant=tenant, key=key).first()
 
@@ -352,6 +405,8 @@ class BlobStore:
             blobs = blobs.filter(key__lt=upper)
         if cursor is not None:
             blobs = blobs.filter(key__gt=clean_key(cursor, "cursor"))
+        if limit == 0:
+            return BlobPage()
         found = list(blobs.order_by("key")[: limit + 1])
         items = found[:limit]
         return BlobPage(items=items, next_cursor=items[-1].key if len(found) > limit else None)

@@ -1625,8 +1625,16 @@ if TYPE_CHECKING:
 class BlobStoreProtocol(Protocol):
     """Bytes under caller keys, per tenant; see ``docs/reference/stores/blobs.md``."""
 
-    def put(self, tenant: str, key: str, content: Content, *, content_type: str | None = None) -> Blob:
-        """Store ``content`` under ``key``, replacing what it held; the blob's row."""
+    def put(
+        self,
+        tenant: str,
+        key: str,
+        content: Content,
+        *,
+        content_type: str | None = None,
+        custom_metadata: dict[str, str] | None = None,
+    ) -> Blob:
+        """Store ``content`` (and its ``custom_metadata`` text pairs) under ``key``, replacing what it held; the row."""
         ...
 
     def head(self, tenant: str, key: str) -> Blob | None:
@@ -1649,7 +1657,15 @@ class BlobStoreProtocol(Protocol):
         """Blobs whose key starts with ``prefix`` (literal, case-sensitive), ascending, after ``cursor``."""
         ...
 
-    async def aput(self, tenant: str, key: str, content: Content, *, content_type: str | None = None) -> Blob:
+    async def aput(
+        self,
+        tenant: str,
+        key: str,
+        content: Content,
+        *,
+        content_type: str | None = None,
+        custom_metadata: dict[str, str] | None = None,
+    ) -> Blob:
         """Async twin of :meth:`put`."""
         ...
 

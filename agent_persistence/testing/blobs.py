@@ -73,6 +73,32 @@ class BlobStoreContract(Actors, FamilyContract):
         with stream:
             assert stream.read() == b"%PDF-1.7" and blob_row.size == 8
 
+    def test_custom_metadata_is_kept_by_put_and_returned_by_get_head_and_list(self, store: Any) -> None:
+        metadata = {"origin": "upload", "sha256": "ab12", "é": ""}
+        assert store.put(TENANT, "m/1", b"x", custom_metadata=metadata).custom_metadata == metadata
+        assert store.head(TENANT, "m/1").custom_metadata == metadata
+        assert store.get(TENANT, "m/1").blob.custom_metadata == metadata
+        blob_row, stream = store.open(TENANT, "m/1")
+        stream.close()
+        assert blob_row.custom_metadata == metadata
+        assert [blob.custom_metadata for blob in store.list(TENANT, prefix="m/").items] == [metadata]
+        store.put(TENANT, "m/1", b"y", custom_metadata={"origin": "edit"})
+        assert store.head(TENANT, "m/1").custom_metadata == {"origin": "edit"}
+        store.put(TENANT, "m/1", b"z")
+        assert store.head(TENANT, "m/1").custom_metadata == {}
+
+    def test_bad_custom_metadata_is_refused_and_keeps_the_blob(self, store: Any) -> None:
+        before = self.family.stored_blobs()
+        store.put(TENANT, "m/kept", b"old", custom_metadata={"a": "1"})
+        for metadata in ([("a", "1")], {"a": 1}, {"a": None}, {1: "a"}, {"a": "\x00"}, "a=1", {"": "x"},
+                         {"k" * 257: "v"}, {"k": "v" * 2049}, {f"k{i}": "v" for i in range(65)}):
+            with pytest.raises(Validation) as caught:
+                store.put(TENANT, "m/kept", b"new", custom_metadata=metadata)
+            assert (caught.value.code, caught.value.details.get("field")) == ("invalid", "custom_metadata"), metadata
+        assert store.get(TENANT, "m/kept").data == b"old"
+        assert store.head(TENANT, "m/kept").custom_metadata == {"a": "1"}
+        assert len(self.family.stored_blobs() - before) == 1
+
     @pytest.mark.django_db(transaction=True)
     def test_put_overwrites_and_keeps_one_copy_of_the_bytes(self, store: Any) -> None:
         before = self.family.stored_blobs()
@@ -206,9 +232,14 @@ class BlobStoreContract(Actors, FamilyContract):
         last = store.list(TENANT, prefix="runs/", cursor=keys[5], limit=3)
         assert self.keys(last) == keys[6:] and last.next_cursor is None
 
+    def test_a_limit_of_zero_is_an_empty_page(self, store: Any) -> None:
+        store.put(TENANT, "a/1", b"x")
+        page = store.list(TENANT, prefix="a/", limit=0)
+        assert (page.items, page.next_cursor) == ([], None)
+
     def test_bad_listing_arguments(self, store: Any) -> None:
-        for arguments in ({"prefix": "a\x00"}, {"prefix": 3}, {"cursor": "../x"}, {"limit": 0}, {"limit": True},
-                          {"prefix": "x" * 1025}):
+        for arguments in ({"prefix": "a\x00"}, {"prefix": 3}, {"cursor": "../x"}, {"limit": -1}, {"limit": True},
+                          {"limit": 1.5}, {"prefix": "x" * 1025}):
             with pytest.raises(Validation):
                 store.list(TENANT, **arguments)
 

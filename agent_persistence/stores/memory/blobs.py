@@ -21,6 +21,7 @@ from ..blobs import (
     BlobPage,
     BlobRead,
     ByteRange,
+    clean_custom_metadata,
     clean_key,
     clean_limit,
     clean_prefix,
@@ -44,7 +45,10 @@ def read_content(content: Content) -> bytes:
         data.close()
 
 
-def write_blob(db: MemoryDatabase, tenant: str, key: str, payload: bytes, content_type: str) -> Blob:
+def write_blob(
+    db: MemoryDatabase, tenant: str, key: str, payload: bytes, content_type: str,
+    custom_metadata: dict[str, str] | None = None,
+) -> Blob:
     """Point ``(tenant, key)`` at ``payload``, creating the blob or replacing its bytes (the caller holds the lock)."""
     now = timezone.now()
     blob = db.blobs.get((tenant, key))
@@ -52,6 +56,7 @@ def write_blob(db: MemoryDatabase, tenant: str, key: str, payload: bytes, conten
         blob = db.blobs[(tenant, key)] = Blob(id=uuid7(), tenant=tenant, key=key, created_at=now)
     blob.content.name = new_content_name()
     blob.content_type, blob.size, blob.updated_at = content_type, len(payload), now
+    blob.custom_metadata = dict(custom_metadata or {})
     db.blob_contents[blob.pk] = payload
     return blob
 
@@ -62,12 +67,21 @@ class MemoryBlobStore:
     def __init__(self, database: MemoryDatabase | None = None) -> None:
         self.db = database or DEFAULT_DATABASE
 
-    def put(self, tenant: str, key: str, content: Content, *, content_type: str | None = None) -> Blob:
+    def put(
+        self,
+        tenant: str,
+        key: str,
+        content: Content,
+        *,
+        content_type: str | None = None,
+        custom_metadata: dict[str, str] | None = None,
+    ) -> Blob:
         tenant, key = clean_tenant(tenant), clean_key(key)
         content_type = clean_content_type(content_type)
+        custom_metadata = clean_custom_metadata(custom_metadata)
         payload = read_content(content)
         with self.db.lock:
-            return clone(write_blob(self.db, tenant, key, payload, content_type))
+            return clone(write_blob(self.db, tenant, key, payload, content_type, custom_metadata))
 
     def head(self, tenant: str, key: str) -> Blob | None:
         tenant, key = clean_tenant(tenant), clean_key(key)
@@ -97,6 +111,8 @@ class MemoryBlobStore:
     def list(self, tenant: str, *, prefix: str = "", cursor: str | None = None, limit: int | None = None) -> BlobPage:
         tenant, prefix, limit = clean_tenant(tenant), clean_prefix(prefix), clean_limit(limit)
         after = None if cursor is None else clean_key(cursor, "cursor")
+        if limit == 0:
+            return BlobPage()
         with self.db.lock:
             keys = sorted(
                 key
