@@ -1,7 +1,7 @@
 """A brand-new Django project with agent_persistence installed from a wheel, as a user makes one.
 
 - ``build_wheel``: a wheel of this checkout, built from a copy of what an sdist holds
-  (``pyproject.toml``, ``README.md``, ``agent_persistence/``), so nothing of the source tree
+  (``pyproject.toml``, ``README.md``, ``LICENSE``, ``CHANGELOG.md``, ``agent_persistence/``), so nothing of the source tree
   (tests, example project, editable install) can leak into the project.
 - ``new_virtualenv``: a real virtualenv of the running interpreter whose dependencies come from
   the project's own virtualenv (symlinked, every distribution except agent_persistence), so
@@ -46,7 +46,7 @@ def snippet(name: str, port: int | None = None, **replacements: str) -> str:
 def build_wheel(workdir: Path) -> Path:
     source = workdir / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md"):
         shutil.copy2(ROOT / name, source / name)
     shutil.copytree(ROOT / "agent_persistence", source / "agent_persistence", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = workdir / "dist"
