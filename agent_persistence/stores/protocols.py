@@ -1005,6 +1005,10 @@ class RunStoreProtocol(Protocol):
         """Add ``usage`` to the run's counters (a missing counter starts at 0); the sum of every call is kept."""
         ...
 
+    def set_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
+        """Replace the run's counters with ``usage`` (absolute totals); counters not named are dropped."""
+        ...
+
     def set_status(
         self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
         epoch: int | None = None,
@@ -1104,6 +1108,10 @@ class RunStoreProtocol(Protocol):
 
     async def aadd_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
         """Async twin of :meth:`add_usage`."""
+        ...
+
+    async def aset_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
+        """Async twin of :meth:`set_usage`."""
         ...
 
     async def aset_status(

@@ -66,6 +66,8 @@ TRANSCRIPT_FIELDS = ("role", "content", "name", "tool_call_id", "tool_calls", "m
 STUCK_RUN_ERROR = {"message": "The run stopped making progress and was aborted.", "code": "run_stuck"}
 
 ERROR_KEYS = frozenset({"message", "code"})
+#: The code a run error is stored with when its writer gave none (TanStack's ``RunError.code`` is optional).
+DEFAULT_ERROR_CODE = "unspecified"
 
 #: The largest usage counter kept; far beyond any real count, it keeps sums portable across databases.
 MAX_COUNTER = 2**63 - 1
@@ -98,14 +100,22 @@ def clean_open_status(value: Any) -> str:
 
 
 def clean_error(value: Any) -> dict[str, str] | None:
-    """``{"message": str, "code": str}`` or None; anything else is Validation, over MAX_EVENT_BYTES StorageLimit."""
+    """``{"message": str, "code": str}`` or None; anything else is Validation, over MAX_EVENT_BYTES StorageLimit.
+
+    ``code`` may be left out (or None), as TanStack's ``RunError.code`` may:
+    the error is stored with :data:`DEFAULT_ERROR_CODE`, so a failure is never
+    lost for want of a code. Given, it is non-empty text.
+    """
     if value is None:
         return None
-    if not isinstance(value, dict) or set(value) != ERROR_KEYS:
-        raise Validation('error must be an object with exactly "message" and "code".', field="error")
+    if not isinstance(value, dict) or "message" not in value or not set(value) <= ERROR_KEYS:
+        raise Validation('error must be an object with "message" and, optionally, "code".', field="error")
+    value = {"message": value["message"], "code": DEFAULT_ERROR_CODE if value.get("code") is None else value["code"]}
     for key in sorted(ERROR_KEYS):
         if not isinstance(value[key], str):
             raise Validation(f"error.{key} must be a string.", field="error")
+    if not value["code"]:
+        raise Validation("error.code may not be empty; leave it out for the default.", field="error")
     return clean_json(value, "error", max_bytes=app_settings.MAX_EVENT_BYTES)
 
 
@@ -122,6 +132,11 @@ def clean_usage(value: Any) -> dict[str, int | float]:
         if not is_counter(amount) or not 0 <= amount <= MAX_COUNTER:
             raise Validation(f"usage[{name!r}] must be a finite number, 0 or more.", field="usage")
     return dict(value)
+
+
+def set_counters(added: dict[str, int | float]) -> dict[str, int | float]:
+    """The totals ``set_usage`` stores: the cleaned counters themselves (already within MAX_COUNTER)."""
+    return dict(added)
 
 
 def add_counters(stored: dict[str, Any], added: dict[str, int | float]) -> dict[str, Any]:
@@ -422,6 +437,23 @@ class RunStore:
             update_open_run(run, usage=add_counters(locked.usage or {}, usage))
             return Run.objects.get(pk=run.pk)
 
+    def set_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
+        """Replace the run's counters with ``usage``, absolute totals (TanStack's ``update(runId, {usage})``).
+
+        For a writer that reports cumulative totals: writing the same totals
+        twice (a resumed run re-reporting them) counts them once, where
+        :meth:`add_usage` would add them again. Counters not named are dropped.
+        Fenced and owner-only like ``add_usage``; a finished run is
+        Conflict("run_finished") and keeps its usage.
+        """
+        usage = clean_usage(usage)
+        epoch = clean_epoch(epoch)
+        with transaction.atomic():
+            run = writable_run(scope, run_id)
+            guard(run.conversation_id, epoch)
+            update_open_run(run, usage=set_counters(usage))
+            return Run.objects.get(pk=run.pk)
+
     def set_status(
         self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
         epoch: int | None = None,
@@ -528,6 +560,7 @@ class RunStore:
     alist_reclaimable = async_twin("list_reclaimable")
     ais_cancel_requested = async_twin("is_cancel_requested")
     aadd_usage = async_twin("add_usage")
+    aset_usage = async_twin("set_usage")
     aset_status = async_twin("set_status")
     afinish = async_twin("finish")
     amark_detached = async_twin("mark_detached")

@@ -23,6 +23,7 @@ from ..exceptions import Conflict, ConversationNotOwned, Fenced, NotFound, Stora
 from ..ids import uuid7
 from ..models import Conversation, Run
 from ..scope import Scope
+from ..stores.runs import DEFAULT_ERROR_CODE
 from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_threads
 from .family import FamilyContract, caught_not_found, check_cursor_walks, frozen_clock, record_of
@@ -347,6 +348,54 @@ class RunStoreContract(FamilyContract):
         assert self.stored(run)["usage"] == run.usage
 
     @pytest.mark.django_db
+    def test_set_usage_writes_absolute_totals(self, store: Any) -> None:
+        """TanStack's middleware writes cumulative totals: the same total written twice counts once."""
+        run = self.start_run(store, self.new_conversation())
+        store.add_usage(OWNER, run.pk, {"input_tokens": 3, "cache_reads": 1})
+        totals = {"input_tokens": 10, "output_tokens": 4}
+        assert store.set_usage(OWNER, run.pk, totals).usage == totals
+        assert store.set_usage(OWNER, str(run.pk), totals).usage == totals
+        assert self.stored(run)["usage"] == totals
+        assert store.add_usage(OWNER, run.pk, {"output_tokens": 1}).usage == {"input_tokens": 10, "output_tokens": 5}
+        assert async_to_sync(store.aset_usage)(OWNER, run.pk, {"input_tokens": 12}).usage == {"input_tokens": 12}
+        assert store.set_usage(OWNER, run.pk, {}).usage == {}
+
+    @pytest.mark.django_db
+    @pytest.mark.parametrize(
+        "usage",
+        [None, [], {"tokens": "3"}, {"tokens": True}, {"tokens": -1}, {"tokens": float("nan")}, {"tokens": 2**63},
+         {"tok\x00ens": 1}],
+    )
+    def test_set_usage_refuses_what_is_not_counters(self, store: Any, usage: Any) -> None:
+        run = self.start_run(store, self.new_conversation())
+        store.set_usage(OWNER, run.pk, {"tokens": 1})
+        with pytest.raises(Validation) as caught:
+            store.set_usage(OWNER, run.pk, usage)
+        assert caught.value.details.get("field") == "usage"
+        assert self.stored(run)["usage"] == {"tokens": 1}
+
+    @pytest.mark.django_db
+    def test_set_usage_is_the_owners_fenced_and_refused_on_a_finished_run(self, store: Any) -> None:
+        conversation = self.new_conversation(shared=True)
+        self.claim_epoch(conversation, 1)
+        run = self.start_run(store, conversation, epoch=1)
+        with pytest.raises(ConversationNotOwned):
+            store.set_usage(READER, run.pk, {"tokens": 9})
+        with pytest.raises(NotFound):
+            store.set_usage(STRANGER, run.pk, {"tokens": 9})
+        with pytest.raises(NotFound):
+            store.set_usage(OWNER, uuid7(), {"tokens": 9})
+        store.set_usage(OWNER, run.pk, {"tokens": 2}, epoch=1)
+        self.claim_epoch(conversation, 2)
+        with pytest.raises(Fenced):
+            store.set_usage(OWNER, run.pk, {"tokens": 9}, epoch=1)
+        store.finish(OWNER, run.pk, "completed", epoch=2)
+        with pytest.raises(Conflict) as caught:
+            store.set_usage(OWNER, run.pk, {"tokens": 9}, epoch=2)
+        assert caught.value.code == "run_finished"
+        assert self.stored(run)["usage"] == {"tokens": 2}
+
+    @pytest.mark.django_db
     @pytest.mark.parametrize(
         "usage",
         [None, [], {"tokens": "3"}, {"tokens": True}, {"tokens": float("nan")}, {"tokens": float("inf")},
@@ -454,6 +503,20 @@ class RunStoreContract(FamilyContract):
         assert done.status == "completed" and done.error is None
 
     @pytest.mark.django_db
+    def test_an_error_without_a_code_gets_the_default_code(self, store: Any) -> None:
+        """TanStack's ``RunError.code`` is optional: a failRun without one is kept, under ``DEFAULT_ERROR_CODE``."""
+        conversation = self.new_conversation()
+        for status, error in (("failed", {"message": "boom"}), ("aborted", {"message": "stopped", "code": None})):
+            run = self.start_run(store, conversation)
+            finished = store.finish(OWNER, run.pk, status, error=error)
+            expected = {"message": error["message"], "code": DEFAULT_ERROR_CODE}
+            assert (finished.status, finished.error) == (status, expected)
+            assert (self.stored(run)["status"], self.stored(run)["error"]) == (status, expected)
+        stuck = self.start_run(store, conversation)
+        assert store.abort_stuck(stuck.pk, error={"message": "operator"}) is True
+        assert self.stored(stuck)["error"] == {"message": "operator", "code": DEFAULT_ERROR_CODE}
+
+    @pytest.mark.django_db
     @pytest.mark.parametrize(
         "status, error",
         [
@@ -461,8 +524,10 @@ class RunStoreContract(FamilyContract):
             ("interrupted", None),
             ("done", None),
             ("failed", "boom"),
-            ("failed", {"message": "boom"}),
+            ("failed", {"code": "x"}),
+            ("failed", {"message": 5}),
             ("failed", {"message": "boom", "code": 5}),
+            ("failed", {"message": "boom", "code": ""}),
             ("failed", {"message": "boom", "code": "x", "extra": 1}),
             ("failed", {"message": "nul\x00", "code": "x"}),
         ],
@@ -602,7 +667,7 @@ class RunStoreContract(FamilyContract):
         assert store.abort_stuck(done.pk) is False and self.stored(done)["status"] == "completed"
         assert store.abort_stuck(uuid7()) is False
         with pytest.raises(Validation):
-            store.abort_stuck(done.pk, error={"message": "no code"})
+            store.abort_stuck(done.pk, error={"code": "no message"})
 
     # -- fencing under a concurrent claim ---------------------------------------------------
 

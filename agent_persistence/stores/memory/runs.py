@@ -36,6 +36,7 @@ from ..runs import (
     reclaim_cutoff,
     run_finished,
     run_not_found,
+    set_counters,
 )
 from ..times import clean_caller_time
 from .conversations import page_of, past_cursors
@@ -199,6 +200,14 @@ class MemoryRunStore:
             run.usage = add_counters(run.usage or {}, usage)
             return clone(run)
 
+    def set_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
+        usage = clean_usage(usage)
+        epoch = clean_epoch(epoch)
+        with self.db.lock:
+            run = self._open(self._writable(scope, run_id, epoch))
+            run.usage = set_counters(usage)
+            return clone(run)
+
     def set_status(
         self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
         epoch: int | None = None,
@@ -282,6 +291,7 @@ class MemoryRunStore:
     alist_reclaimable = async_twin("list_reclaimable")
     ais_cancel_requested = async_twin("is_cancel_requested")
     aadd_usage = async_twin("add_usage")
+    aset_usage = async_twin("set_usage")
     aset_status = async_twin("set_status")
     afinish = async_twin("finish")
     amark_detached = async_twin("mark_detached")
