@@ -444,7 +444,6 @@ def test_a_batch_that_does_not_fit_is_refused_whole(alice: APIClient, alice_scop
     plan, (first, second) = waiting_turn(alice_scope, conversation_id, questions=2)
     answers = url("conversations", conversation_id, "interrupts")
     cases = [
-        ({"answers": [{"id": str(first), "response": 1}]}, 400, "unanswered_interrupts"),
         ({"answers": [{"id": str(first), "response": 1}, {"id": str(first), "response": 1}, {"id": str(second), "response": 1}]},
          400, "duplicate_answer"),
         ({"answers": [{"id": str(first), "response": 1}, {"id": str(second), "response": 1}, {"id": str(uuid.uuid4()), "response": 1}]},
@@ -467,6 +466,21 @@ def test_a_batch_that_does_not_fit_is_refused_whole(alice: APIClient, alice_scop
     assert both.status_code == 200
     assert [i["id"] for i in both.json()["interrupts"]] == [str(second), str(first)]
     assert both.json()["continued"]["message_id"] == str(plan.message_id)
+    wait_until_idle(alice, conversation_id)
+
+
+def test_one_answer_of_two_is_kept_and_the_turn_stays_parked_until_the_last(alice: APIClient, alice_scope: Scope) -> None:
+    """Issue 24: TanStack's resolve(interruptId) of one of a batch; before, 400 unanswered_interrupts and nothing kept."""
+    conversation_id = uuid.uuid4()
+    plan, (first, second) = waiting_turn(alice_scope, conversation_id, questions=2)
+    answers = url("conversations", conversation_id, "interrupts")
+    one = alice.post(answers, {"answers": [{"id": str(first), "response": "yes"}]}, format="json")
+    assert one.status_code == 200, one.content
+    assert one.json()["continued"] is None and [i["status"] for i in one.json()["interrupts"]] == ["resolved"]
+    assert Interrupt.objects.get(pk=second).status == "pending"
+    assert Run.objects.get(pk=plan.run_id).status == "interrupted"
+    last = alice.post(answers, {"answers": [{"id": str(second), "response": "no"}]}, format="json")
+    assert last.status_code == 200 and last.json()["continued"]["message_id"] == str(plan.message_id)
     wait_until_idle(alice, conversation_id)
 
 
