@@ -21,7 +21,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import re
+import select
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -165,6 +170,68 @@ async def assert_websocket_refuses_anonymous(port: int) -> None:
         with pytest.raises(websockets.ConnectionClosed):
             await asyncio.wait_for(socket.recv(), 30)
     assert socket.close_code == 4401
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")
+
+
+def paste_into(command: list[str], terminal: Terminal, text: str, env: dict[str, str] | None = None) -> str:
+    """Run ``command`` on a real pseudo-terminal, wait for its ``>>>`` prompt, paste ``text`` in one write
+    (as a terminal emulator pastes), and return what the terminal showed once the prompt is back and quiet."""
+    env = {**(env or terminal.env), "TERM": "dumb"}
+    executable = shutil.which(command[0], path=env["PATH"])
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen([executable, *command[1:]], cwd=terminal.cwd, env=env, stdin=secondary, stdout=secondary,
+                               stderr=secondary, start_new_session=True)
+    os.close(secondary)
+    shown = bytearray()
+
+    def read_until(done, timeout: float, quiet: float = 0.0) -> None:
+        deadline, last = time.monotonic() + timeout, time.monotonic()
+        while time.monotonic() < deadline:
+            if done() and time.monotonic() - last >= quiet:
+                return
+            ready, _, _ = select.select([primary], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(primary, 65536)
+                except OSError:  # EIO: the process closed the terminal
+                    chunk = b""
+                if not chunk:
+                    return
+                shown.extend(chunk)
+                last = time.monotonic()
+        raise AssertionError(f"the shell did not get there in {timeout} s; it showed:\n{clean()}")
+
+    def clean() -> str:
+        return ANSI.sub("", shown.decode(errors="replace")).replace("\r\n", "\n").replace("\r", "")
+
+    try:
+        read_until(lambda: clean().endswith(">>> "), 120)
+        start = len(shown)
+        os.write(primary, text.encode())
+        read_until(lambda: len(shown) > start and clean().endswith(">>> "), 180, quiet=3.0)
+        pasted = clean()
+        os.write(primary, b"exit()\n")
+        process.wait(30)
+        return pasted
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+            process.wait(10)
+        os.close(primary)
+
+
+def test_the_tutorial_pasted_into_an_interactive_shell(terminal: Terminal) -> None:
+    """Pasted, not piped: the interactive console ends a block at a blank line, so one inside ``async def`` breaks it."""
+    shown = paste_into(["python", "manage.py", "shell", "-i", "python"], terminal, snippet("tutorial_shell.py"))
+    for word in ("Error", "Traceback"):
+        assert word not in shown, shown
+    position = 0
+    for line in snippet("tutorial_output.txt").splitlines():
+        found = shown.find(line + "\n", position)
+        assert found >= 0, f"{line!r} is not shown (in order):\n{shown}"
+        position = found + len(line)
 
 
 def test_every_snippet_file_is_used() -> None:
