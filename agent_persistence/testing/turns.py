@@ -270,8 +270,12 @@ class TurnStoreContract(FamilyContract):
     def test_a_refused_batch_stores_no_answer_and_claims_nothing(self, turns: Any) -> None:
         plan = self.dead_turn(turns)
         first, second = self.ask_dead(plan, key="a"), self.ask_dead(plan, key="b")
-        with pytest.raises(Validation):
-            turns.continue_after_answers(OWNER, plan.conversation_id, [{"id": str(first), "response": "ok"}])
+        with pytest.raises(NotFound):  # one entry names no interrupt of the conversation: the whole batch is refused
+            turns.continue_after_answers(
+                OWNER, plan.conversation_id, [{"id": str(first), "response": "ok"}, {"id": str(uuid7()), "response": 1}]
+            )
+        with pytest.raises(Validation):  # an empty batch while questions wait settles nothing
+            turns.continue_after_answers(OWNER, plan.conversation_id, [])
         assert [item.status for item in self.family.interrupts.pending(OWNER, plan.conversation_id)] == ["pending", "pending"]
         assert turns.read_turn(OWNER, plan.conversation_id).run_id == plan.run_id
         self.family.conversations.share(OWNER, plan.conversation_id)
