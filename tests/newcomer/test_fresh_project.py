@@ -234,6 +234,22 @@ def test_the_tutorial_pasted_into_an_interactive_shell(terminal: Terminal) -> No
         position = found + len(line)
 
 
+def test_a_new_terminal_without_the_key_is_told_what_to_do(terminal: Terminal) -> None:
+    """A new terminal has no AGENT_PERSISTENCE_KEY: manage.py says so in one line, not with a KeyError traceback."""
+    env = {name: value for name, value in terminal.env.items() if name != "AGENT_PERSISTENCE_KEY"}
+    for command in (["python", "manage.py", "check"], ["python", "manage.py", "runserver", "127.0.0.1:0"],
+                    ["daphne", "-b", "127.0.0.1", "-p", "0", "mysite.asgi:application"]):
+        executable = shutil.which(command[0], path=env["PATH"])
+        result = subprocess.run([executable, *command[1:]], cwd=terminal.cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr and "KeyError" not in result.stderr, result.stderr
+        assert result.stderr.strip() == (
+            "AGENT_PERSISTENCE_KEY is not set in this terminal: export the key you made for this project "
+            "(export AGENT_PERSISTENCE_KEY=...). A new key cannot decrypt what the old one encrypted; "
+            "make the first one with: python -m agent_persistence.keygen"
+        ), result.stderr
+
+
 def test_every_snippet_file_is_used() -> None:
     used = {"install.sh", "startproject.sh", "settings.py-tpl", "urls.py", "asgi.py", "agents.py", "setup.sh",
             "serve.sh", "start_turn.sh", "follow.js", "answer.sh", "tutorial_shell.py", "tutorial_output.txt", "runserver.sh",
