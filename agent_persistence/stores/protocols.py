@@ -402,13 +402,15 @@ class ConversationStoreProtocol(Protocol):
         ...
 
     def merge_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
     ) -> list[Message]:
         """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript."""
         ...
 
     def replace_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
     ) -> list[Message]:
         """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript."""
         ...
