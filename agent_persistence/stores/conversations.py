@@ -28,9 +28,9 @@ from django.db.models import F, Subquery
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Conflict, NotFound, StorageLimit, Validation
+from ..exceptions import Conflict, NotFound, PreconditionFailed, StorageLimit, Validation
 from ..ids import uuid7
-from ..models import Conversation, LastTurnStatus, Message, Role, Run
+from ..models import Conversation, LastTurnStatus, Message, Role, Run, SupervisionStatus, TurnSupervision
 from ..scope import Scope
 from . import appends
 from .base import (
@@ -404,6 +404,67 @@ def merged_thread(stored_ids: list[uuid.UUID], incoming: list[MessageInput]) -> 
     return [replacing.get(message_id, message_id) for message_id in kept] + [
         message for message in incoming if message.id not in kept_ids
     ]
+
+
+def turn_running(message_id: uuid.UUID) -> Conflict:
+    """409 ``turn_running``: a whole-thread save while a turn of the conversation is running (or dead, not closed out).
+
+    The running turn owns the end of the thread (its question, and the answer
+    its seal appends under ``message_id``): a save would delete the question,
+    store a client's partial answer under the turn's id (the seal then fails and
+    the run stays running) or put messages between the question and the answer.
+    """
+    return Conflict(
+        "A turn is running in this conversation; save the thread once it has ended.",
+        code="turn_running",
+        message_id=str(message_id),
+    )
+
+
+def check_no_running_turn(pk: uuid.UUID) -> None:
+    """Raise :func:`turn_running` if the conversation's turn is running; the caller holds the conversation's row lock.
+
+    A turn starts and seals under that lock, so the supervision row read here
+    cannot change before the caller's transaction ends.
+    """
+    running = (
+        TurnSupervision.objects.filter(pk=pk, status=SupervisionStatus.RUNNING).values_list("message_id", flat=True).first()
+    )
+    if running is not None:
+        raise turn_running(running)
+
+
+def clean_thread_tag(value: Any) -> int | str | None:
+    """A save's precondition: None, a conversation version (int) or a thread tag (:func:`thread_tag`, text)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    if isinstance(value, str) and 0 < len(value) <= 64:
+        return value.strip()
+    raise Validation("if_match must be a conversation version or a thread tag.", field="if_match")
+
+
+def thread_tag(conversation: Any) -> str:
+    """The thread's entity tag, ``"<version>.<next_position>.<updated_at in µs>"``.
+
+    Every message write stamps the conversation's ``updated_at`` and an append
+    or a seal moves ``next_position``, so the tag changes with every append,
+    seal, message edit or delete and thread save (and every conversation update).
+    """
+    updated = conversation.updated_at
+    return f'"{conversation.version}.{conversation.next_position}.{int(updated.timestamp() * 1_000_000)}"'
+
+
+def check_thread_tag(expected: int | str | None, conversation: Any) -> None:
+    """PreconditionFailed ``version_mismatch`` unless the stored conversation is at ``expected``."""
+    if expected is None:
+        return
+    if expected == (conversation.version if isinstance(expected, int) else thread_tag(conversation)):
+        return
+    raise PreconditionFailed(
+        "The thread changed since you read it.",
+        current_version=conversation.version,
+        current_tag=thread_tag(conversation),
+    )
 
 
 def same_value(column: str, stored: Any, wanted: Any) -> bool:
@@ -784,25 +845,33 @@ class ConversationStore:
                 raise NotFound("No such message.")
 
     def merge_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
     ) -> list[Message]:
-        """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript."""
-        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True)
+        """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript.
+
+        ``if_match`` (a conversation version, or a ``(version, next_position)`` thread tag) makes the
+        save conditional: PreconditionFailed when the stored conversation is elsewhere.
+        """
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True, if_match=if_match)
 
     def replace_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
     ) -> list[Message]:
         """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript."""
-        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False)
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False, if_match=if_match)
 
     def _save(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool,
+        if_match: Any = None,
     ) -> list[Message]:
         check_scope(scope)
         create = clean_flag(create, "create")
         pk = conversation_pk(conversation_id, create=create)
         incoming = clean_incoming_messages(messages)
         agent = clean_agent(agent)
+        expected = clean_thread_tag(if_match)
         now = timezone.now()
         try:
             with transaction.atomic():
@@ -810,9 +879,13 @@ class ConversationStore:
                     # Nothing to merge: history is never touched, not even updated_at.
                     if create:
                         create_if_absent(scope, pk, agent=agent, title=None, now=now)
-                    writable_conversation(scope, pk)
+                    check_thread_tag(expected, writable_conversation(scope, pk))
                     return transcript(pk)
+                if expected is not None:
+                    # Locked before the claim stamps updated_at: the tag compared is the one a reader saw.
+                    check_thread_tag(expected, writable_conversation(scope, pk, for_update=True))
                 claim_conversation(scope, pk, count=0, create=create, agent=agent, title=None, now=now)
+                check_no_running_turn(pk)
                 check_runs(pk, [message.run_id for message in incoming])
                 return save_thread(pk, incoming, merge=merge, now=now)
         except IntegrityError:

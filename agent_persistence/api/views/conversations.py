@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...exceptions import PreconditionFailed, Validation
+from ...stores.conversations import thread_tag
 from ...stores import conversation_store, event_store
 from ..pagination import int_param, page_body, paging
 from ..schema import extend_schema
@@ -266,15 +267,19 @@ class MessageListView(ScopedAPIView):
         responses={200: MessagePageSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
+        query = paging(request)
+        before, after = text_param(request, "before"), text_param(request, "after")
+        # An offset page carries the thread tag (ETag, for If-Match on a save); a cursor page stays one
+        # statement and has none. The tag is read before the page, so it is never newer than what the
+        # page shows: a save made with it fails whenever the thread moved after it was read.
+        tag = None if before or after else thread_tag(conversation_store().get(self.scope, conversation_id))
         page = conversation_store().list_messages(
-            self.scope,
-            conversation_id,
-            **paging(request),
-            order=order_param(request),
-            before=text_param(request, "before"),
-            after=text_param(request, "after"),
+            self.scope, conversation_id, **query, order=order_param(request), before=before, after=after
         )
-        return Response(page_body(page, message_body))
+        response = Response(page_body(page, message_body))
+        if tag is not None:
+            response["ETag"] = tag
+        return response
 
     @extend_schema(
         operation_id="messages_create",

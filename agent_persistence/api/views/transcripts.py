@@ -20,6 +20,7 @@ parameters of a listing, which are checked before the save.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from drf_spectacular.utils import OpenApiExample
@@ -30,12 +31,21 @@ from ...conf import app_settings
 from ...exceptions import StorageLimit
 from ...stores import conversation_store
 from ...stores.base import Page, clean_order, clean_paging, clean_with_total
+from ...stores.conversations import thread_tag
 from ..pagination import page_body, paging
 from ..schema import extend_schema
 from ..serializers.base import error_responses
 from ..serializers.conversations import MessagePageSerializer
 from ..serializers.transcripts import TranscriptSaveInputSerializer
-from .conversations import PAGING_PARAMETERS, WRITE_ERRORS, MessageListView, message_body, order_param, validated
+from .conversations import (
+    PAGING_PARAMETERS,
+    WRITE_ERRORS,
+    MessageListView,
+    if_match_version,
+    message_body,
+    order_param,
+    validated,
+)
 
 SAVE_EXAMPLE = OpenApiExample(
     "A thread",
@@ -55,6 +65,26 @@ def check_thread_length(data: Any) -> None:
     limit = app_settings.MAX_PAGE_SIZE
     if isinstance(messages, list) and len(messages) > limit:
         raise StorageLimit(f"A save carries at most {limit} messages.", field="messages", limit=limit)
+
+
+THREAD_TAG = re.compile(r'^"\d{1,19}\.\d{1,19}\.-?\d{1,20}"$')
+
+
+def thread_if_match(request: Request) -> int | str | None:
+    """The precondition of a thread save: ``If-Match`` with a thread tag (``ETag`` of the message list) or a version.
+
+    ``"<version>"`` (the conversation's ``ETag``) compares the conversation's
+    version; ``"<version>.<next_position>.<stamp>"`` (the message list's
+    ``ETag``) compares the thread, which every append, seal and save changes.
+    Absent or ``*``: no precondition. Anything else is 400 ``invalid``.
+    """
+    raw = request.headers.get("If-Match")
+    if raw is None or raw.strip() in ("", "*"):
+        return None
+    value = raw.strip().removeprefix("W/")
+    if THREAD_TAG.match(value):
+        return value
+    return if_match_version(request)
 
 
 def page_of_transcript(transcript: list[Any], *, limit: int, offset: int, order: str) -> Page[Any]:
@@ -102,9 +132,12 @@ class MessageThreadView(MessageListView):
         clean_with_total(query["with_total"])  # the saved transcript is in hand, so its page always has its total
         limit, offset = clean_paging(query["limit"], query["offset"])
         order = clean_order(order_param(request), "asc")
+        if_match = thread_if_match(request)
         check_thread_length(request.data)
         data = validated(TranscriptSaveInputSerializer, request)
         messages = [dict(message) for message in data.pop("messages")]
-        transcript = save(self.scope, conversation_id, messages, **data)
+        transcript = save(self.scope, conversation_id, messages, if_match=if_match, **data)
         page = page_of_transcript(transcript, limit=limit, offset=offset, order=order)
-        return Response(page_body(page, message_body))
+        response = Response(page_body(page, message_body))
+        response["ETag"] = thread_tag(conversation_store().get(self.scope, conversation_id))
+        return response

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from ...exceptions import Conflict, NotFound
 from ...ids import uuid7
-from ...models import Conversation, Message
+from ...models import Conversation, Message, SupervisionStatus
 from ...scope import Scope
 from ..base import (
     UNSET,
@@ -37,6 +37,9 @@ from ..base import (
     parse_id,
 )
 from ..conversations import (
+    check_thread_tag,
+    clean_thread_tag,
+    turn_running,
     ID_TAKEN_MESSAGE,
     MessageInput,
     _max_length,
@@ -371,30 +374,38 @@ class MemoryConversationStore:
             self.db.delete_message(self._message_of(pk, message_id).pk)
 
     def merge_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
     ) -> list[Message]:
-        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True)
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True, if_match=if_match)
 
     def replace_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
     ) -> list[Message]:
-        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False)
+        return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False, if_match=if_match)
 
     def _save(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool,
+        if_match: Any = None,
     ) -> list[Message]:
         check_scope(scope)
         create = clean_flag(create, "create")
         pk = conversation_pk(conversation_id, create=create)
         incoming = clean_incoming_messages(messages)
         agent = clean_agent(agent)
+        expected = clean_thread_tag(if_match)
         now = timezone.now()
         with self.db.lock:
             with self._created_if_absent(scope, pk, create, agent=agent, title=None, now=now):
                 conversation = self.db.writable_conversation(scope, pk)
                 self._check_new_messages(pk, incoming, merged_into=True)
+            check_thread_tag(expected, conversation)
             if merge and not incoming:
                 return [clone(row) for row in self._transcript(pk)]
+            supervision = self.db.supervision.get(pk)
+            if supervision is not None and supervision.status == SupervisionStatus.RUNNING:
+                raise turn_running(supervision.message_id)
             self._save_thread(conversation, incoming, merge=merge, now=now)
             conversation.updated_at = now
             return [clone(row) for row in self._transcript(pk)]

@@ -1,0 +1,98 @@
+"""Issue 21 item 7 over HTTP: thread saves (PUT / PATCH conversations/<id>/messages/) and the running turn.
+
+(a)/(b) a save mid-turn is 409 ``turn_running`` and writes nothing; (c) If-Match
+is honoured on PUT and PATCH: the message list's ETag (the thread tag) or the
+conversation's version; a stale one is 412 ``version_mismatch`` (a PUT made
+from the thread read before the seal no longer deletes the answer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from agent_persistence.stores import conversation_store, turn_store
+from agent_persistence.testing.turns import COMPLETED
+
+pytestmark = pytest.mark.django_db
+
+
+def url(pk: Any) -> str:
+    return reverse("agent_persistence:message-list", args=[pk])
+
+
+def contents(client: Any, pk: Any) -> list[Any]:
+    return [item["content"] for item in client.get(url(pk)).json()["items"]]
+
+
+@pytest.fixture
+def turn(alice_scope: Any) -> Any:
+    conversation = conversation_store().create(alice_scope, agent="echo")
+    return turn_store().begin(alice_scope, conversation.pk, content="question", known_agents={"echo"}, agent="echo")
+
+
+def seal(scope: Any, plan: Any) -> None:
+    assert turn_store().seal(scope, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id,
+                             epoch=plan.epoch, message={"content": "the answer"}, seal=COMPLETED, stop_reason="end_turn")
+
+
+@pytest.mark.parametrize("method", ["put", "patch"])
+def test_a_save_mid_turn_is_409_turn_running(alice_client: Any, alice_scope: Any, turn: Any, method: str) -> None:
+    pk = turn.conversation_id
+    bodies = [
+        {"messages": [{"role": "user", "content": "question"},
+                      {"id": str(turn.message_id), "role": "assistant", "content": "the ans"}]},
+        {"messages": []} if method == "put" else {"messages": [{"role": "user", "content": "more"}]},
+    ]
+    for body in bodies:
+        response = getattr(alice_client, method)(url(pk), body, format="json")
+        assert response.status_code == 409, response.content
+        assert response.json()["code"] == "turn_running"
+        assert response.json()["details"]["message_id"] == str(turn.message_id)
+        assert contents(alice_client, pk) == ["question"]
+    seal(alice_scope, turn)
+    assert contents(alice_client, pk) == ["question", "the answer"]
+
+
+@pytest.mark.parametrize("method", ["put", "patch"])
+def test_a_stale_save_after_the_seal_is_412(alice_client: Any, alice_scope: Any, turn: Any, method: str) -> None:
+    pk = turn.conversation_id
+    read = alice_client.get(url(pk))
+    tag, thread = read["ETag"], read.json()["items"]
+    seal(alice_scope, turn)
+    stale = {"messages": [{"id": item["id"], "role": item["role"], "content": item["content"]} for item in thread]}
+    response = getattr(alice_client, method)(url(pk), stale, format="json", HTTP_IF_MATCH=tag)
+    assert response.status_code == 412, response.content
+    assert response.json()["code"] == "version_mismatch"
+    assert contents(alice_client, pk) == ["question", "the answer"]
+    fresh = alice_client.get(url(pk))
+    saved = getattr(alice_client, method)(url(pk), {"messages": fresh.json()["items"][:1] and [
+        {"id": item["id"], "role": item["role"], "content": item["content"]} for item in fresh.json()["items"]]},
+        format="json", HTTP_IF_MATCH=fresh["ETag"])
+    assert saved.status_code == 200, saved.content
+    assert saved["ETag"] and saved["ETag"] != fresh["ETag"] or method == "patch"
+
+
+@pytest.mark.parametrize("method", ["put", "patch"])
+def test_a_wrong_version_in_if_match_is_412_and_the_right_one_saves(alice_client: Any, alice_scope: Any,
+                                                                     method: str) -> None:
+    conversation = conversation_store().create(alice_scope, agent="echo")
+    body = {"messages": [{"role": "user", "content": "x"}]}
+    response = getattr(alice_client, method)(url(conversation.pk), body, format="json", HTTP_IF_MATCH='"7"')
+    assert (response.status_code, response.json()["code"]) == (412, "version_mismatch")
+    assert contents(alice_client, conversation.pk) == []
+    response = getattr(alice_client, method)(url(conversation.pk), body, format="json", HTTP_IF_MATCH='"0"')
+    assert response.status_code == 200
+    bad = getattr(alice_client, method)(url(conversation.pk), body, format="json", HTTP_IF_MATCH="nonsense")
+    assert (bad.status_code, bad.json()["code"], bad.json()["details"]["field"]) == (400, "invalid", "If-Match")
+
+
+def test_an_append_moves_the_thread_tag(alice_client: Any, alice_scope: Any) -> None:
+    conversation = conversation_store().create(alice_scope, agent="echo")
+    first = alice_client.get(url(conversation.pk))["ETag"]
+    conversation_store().append_message(alice_scope, conversation.pk, role="user", content="x")
+    assert alice_client.get(url(conversation.pk))["ETag"] != first
+    response = alice_client.put(url(conversation.pk), {"messages": []}, format="json", HTTP_IF_MATCH=first)
+    assert response.status_code == 412 and contents(alice_client, conversation.pk) == ["x"]
