@@ -4,8 +4,8 @@ An interrupt is created insert-if-absent and born pending; only a commit moves
 it (resolved or cancelled by the entries of :meth:`InterruptStore.commit_batch`,
 cancelled by :meth:`~InterruptStore.cancel`, :meth:`~InterruptStore.cancel_pending`
 or the lapse sweep :meth:`~InterruptStore.expire_lapsed`). A resume batch must
-settle every pending interrupt of the conversation exactly once, each entry
-resolving or cancelling one; it is validated whole before anything is written
+settle pending interrupts of the conversation (all of them, or some while the
+others wait), each entry resolving or cancelling one; it is validated whole before anything is written
 and committed in one transaction, so it lands entirely or not at all. Each
 write is a conditional UPDATE with ``status="pending"`` in its filter and its row count checked: a batch that
 loses a race is rolled back and judged again against what the winner wrote,
@@ -239,16 +239,23 @@ def settled_values(answer: Answer, resolved_at: datetime, resolved_by: str) -> d
     }
 
 
-def check_all_answered(conversation: Conversation, batch: list[Answer]) -> None:
+def check_not_empty(conversation: Conversation, batch: list[Answer]) -> None:
+    """An empty batch while questions wait settles nothing: Validation("unanswered_interrupts") naming them.
+
+    A batch that names some of the pending interrupts is a partial settlement
+    (TanStack's ``resolve(interruptId)`` of one of several): it lands, and the
+    others stay pending, so the turn stays parked until the last is settled.
+    """
+    if batch:
+        return
     unanswered = list(
         Interrupt.objects.filter(conversation=conversation, status=InterruptStatus.PENDING)
-        .exclude(pk__in=[answer.id for answer in batch])
         .order_by("requested_at", "id")
         .values_list("pk", flat=True)
     )
     if unanswered:
         raise Validation(
-            "The batch must answer every pending interrupt.",
+            "The batch answers none of the pending interrupts.",
             code="unanswered_interrupts",
             ids=[str(pk) for pk in unanswered],
         )
@@ -379,9 +386,11 @@ class InterruptStore:
         now: datetime | None = None,
         resolved_at: datetime | None = None,
     ) -> list[Interrupt]:
-        """Settle every pending interrupt of the conversation with ``answers``, all or nothing.
+        """Settle the interrupts ``answers`` name, all or nothing; the others of the conversation stay pending.
 
-        Each entry resolves (``{"id", "response"}``, optionally with
+        A batch may settle every pending interrupt at once or some of them (one
+        answer while others wait); an empty batch while some wait is
+        Validation("unanswered_interrupts"). Each entry resolves (``{"id", "response"}``, optionally with
         ``"status": "resolved"``) or cancels (``{"id", "status": "cancelled"}``)
         one interrupt; the outcome comes back in the batch's order.
         ``resolved_by`` defaults to the acting user, ``now`` (which decides
@@ -416,7 +425,7 @@ class InterruptStore:
                 for interrupt in Interrupt.objects.select_for_update().filter(conversation=conversation, pk__in=ids)
             }
             fresh = answers_to_write(batch, stored, now)
-            check_all_answered(conversation, batch)
+            check_not_empty(conversation, batch)
             if resolved_at is not None:
                 check_resolved_at(resolved_at, [stored[answer.id] for answer in fresh])
             for answer in fresh:

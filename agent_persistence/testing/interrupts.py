@@ -290,17 +290,32 @@ class InterruptStoreContract(FamilyContract):
         assert store.commit_batch(OWNER, self.new_conversation().pk, []) == []
 
     @pytest.mark.django_db
-    def test_a_batch_leaving_a_pending_interrupt_unanswered_writes_nothing(self, store: Any) -> None:
+    def test_a_partial_batch_settles_its_entries_and_leaves_the_rest_pending(self, store: Any) -> None:
+        """TanStack's ``resolve(interruptId)`` of one of several: that answer is kept, the others still wait."""
         conversation = self.new_conversation()
         first, second, third = (self.ask(store, conversation) for _ in range(3))
-        with pytest.raises(Validation) as caught:
-            store.commit_batch(OWNER, conversation.pk, [{"id": second.pk, "response": "yes"}])
-        assert caught.value.code == "unanswered_interrupts"
-        assert caught.value.details["ids"] == [str(first.pk), str(third.pk)]
+        now = timezone.now()
+        outcome = store.commit_batch(OWNER, conversation.pk, [{"id": second.pk, "response": "yes"}], now=now)
+        assert [(i.pk, i.status, i.response) for i in outcome] == [(second.pk, "resolved", "yes")]
+        assert self.statuses(conversation) == {first.pk: "pending", second.pk: "resolved", third.pk: "pending"}
+        assert self.stored(second.pk)["resolved_at"] == now
+        assert [i.pk for i in store.pending(OWNER, conversation.pk)] == [first.pk, third.pk]
+        assert store.has_pending(conversation.pk) is True
+        # A repeat of the settled answer alone is its first outcome; a different one is a conflict.
+        again = store.commit_batch(OWNER, conversation.pk, [{"id": second.pk, "response": "yes"}])
+        assert [(i.status, i.resolved_at) for i in again] == [("resolved", now)]
+        with pytest.raises(Conflict) as caught:
+            store.commit_batch(OWNER, conversation.pk, [{"id": second.pk, "response": "no"}])
+        assert caught.value.code == "already_answered"
+        # An empty batch settles nothing while questions wait: it names them.
         with pytest.raises(Validation) as caught:
             store.commit_batch(OWNER, conversation.pk, [])
         assert caught.value.code == "unanswered_interrupts"
-        assert set(self.statuses(conversation).values()) == {"pending"}
+        assert caught.value.details["ids"] == [str(first.pk), str(third.pk)]
+        # The rest, with the settled one repeated, settles the batch.
+        rest = [{"id": first.pk, "status": "cancelled"}, {"id": second.pk, "response": "yes"}, {"id": third.pk, "response": 3}]
+        assert [i.status for i in store.commit_batch(OWNER, conversation.pk, rest)] == ["cancelled", "resolved", "resolved"]
+        assert store.has_pending(conversation.pk) is False
 
     @pytest.mark.django_db
     def test_a_batch_naming_an_unknown_interrupt_writes_nothing(self, store: Any) -> None:
@@ -589,10 +604,10 @@ class InterruptStoreContract(FamilyContract):
         cancel_all = [{"id": i.pk, "status": "cancelled"} for i in (first, second)]
         with pytest.raises(Gone):  # cancelling a lapsed one is refused like answering it
             store.commit_batch(OWNER, conversation.pk, [*cancel_all, {"id": lapsed.pk, "response": 1}], now=now)
-        with pytest.raises(Validation) as caught:
-            store.commit_batch(OWNER, conversation.pk, cancel_all, now=now)
-        assert caught.value.code == "unanswered_interrupts"
         assert set(self.statuses(conversation).values()) == {"pending"}
+        # Without the lapsed entry the batch is a partial one: it lands, the lapsed question stays pending.
+        assert [i.status for i in store.commit_batch(OWNER, conversation.pk, cancel_all, now=now)] == ["cancelled"] * 2
+        assert self.statuses(conversation)[lapsed.pk] == "pending"
 
     @pytest.mark.django_db
     def test_an_entry_that_contradicts_the_stored_outcome_is_a_conflict(self, store: Any) -> None:

@@ -155,16 +155,17 @@ class MemoryInterruptStore:
                 if pk in self.db.interrupts and self.db.interrupts[pk].conversation_id == conversation.pk
             }
             fresh = answers_to_write(batch, stored, now)
+            # A partial batch lands and leaves the rest pending; an empty one while questions wait settles nothing.
             unanswered = [
                 interrupt.pk
                 for interrupt in by_request(self.db.interrupts.values())
                 if interrupt.conversation_id == conversation.pk
                 and interrupt.status == InterruptStatus.PENDING
-                and interrupt.pk not in stored
+                and not batch
             ]
             if unanswered:
                 raise Validation(
-                    "The batch must answer every pending interrupt.",
+                    "The batch answers none of the pending interrupts.",
                     code="unanswered_interrupts",
                     ids=[str(pk) for pk in unanswered],
                 )
