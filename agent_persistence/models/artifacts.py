@@ -102,6 +102,8 @@ class GenerationRun(models.Model):
     result = models.JSONField(null=True, blank=True)
     usage = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    #: Refs to what the run made (TanStack's generation run ``artifacts``): a list of JSON objects, replaced whole.
+    artifacts = models.JSONField(default=list, blank=True)
 
     class Meta:
         verbose_name = "generation run"

@@ -1,0 +1,22 @@
+"""Generation runs keep refs to what they made (TanStack's generation run ``artifacts``).
+
+A list of JSON objects, written by ``update(..., artifacts=[...])`` (replaced whole) and returned
+by ``get`` / ``latest``; existing runs get ``[]``.
+"""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("agent_persistence", "0015_blob_custom_metadata"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="generationrun",
+            name="artifacts",
+            field=models.JSONField(blank=True, default=list),
+        ),
+    ]
