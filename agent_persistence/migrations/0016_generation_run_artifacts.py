@@ -1,7 +1,8 @@
 """Generation runs keep refs to what they made (TanStack's generation run ``artifacts``).
 
 A list of JSON objects, written by ``update(..., artifacts=[...])`` (replaced whole) and returned
-by ``get`` / ``latest``; existing runs get ``[]``.
+by ``get`` / ``latest`` as ``run.artifact_refs`` (``run.artifacts`` is the reverse relation to the
+run's Artifact rows); existing runs get ``[]``.
 """
 
 from django.db import migrations, models
@@ -16,7 +17,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="generationrun",
-            name="artifacts",
+            name="artifact_refs",
             field=models.JSONField(blank=True, default=list),
         ),
     ]

@@ -103,7 +103,8 @@ class GenerationRun(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     #: Refs to what the run made (TanStack's generation run ``artifacts``): a list of JSON objects, replaced whole.
-    artifacts = models.JSONField(default=list, blank=True)
+    #: (``artifacts`` is the reverse relation to the run's Artifact rows; the store's argument is ``artifacts``.)
+    artifact_refs = models.JSONField(default=list, blank=True)
 
     class Meta:
         verbose_name = "generation run"
