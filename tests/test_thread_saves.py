@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent_persistence.exceptions import Conflict
+from agent_persistence.exceptions import Conflict, PreconditionFailed
+from agent_persistence.stores.conversations import thread_tag
 from agent_persistence.testing.actors import ALICE
 from agent_persistence.testing.concurrency import run_in_threads
 from agent_persistence.testing.family import Stores, memory_stores, orm_stores
@@ -130,3 +131,69 @@ def test_a_taken_id_is_still_message_exists_not_turn_running(db: Any) -> None:
                                                                          "content": "y"}])
     assert caught.value.code == "message_exists"
 
+
+
+RACE_ROUNDS = 8
+
+
+def saves_race_turns(stores: Stores) -> None:
+    """Real threads: one starts and seals turns, the other keeps saving the thread it last read (PUT and PATCH).
+
+    Every save is written (its If-Match tag still current, no turn running), 409
+    turn_running, or 412 (a turn began and sealed since the read); every seal
+    succeeds and every question is followed by its own answer at the end.
+    """
+    conversation = stores.conversations.create(ALICE, agent="echo")
+    done = threading.Event()
+
+    def produce() -> list[bool]:
+        sealed = []
+        try:
+            for n in range(RACE_ROUNDS):
+                plan = stores.turns.begin(ALICE, conversation.pk, content=f"q{n}", known_agents={"echo"}, agent="echo")
+                sealed.append(seal(stores, plan, f"a{n}"))
+        finally:
+            done.set()
+        return sealed
+
+    def save() -> dict[str, int]:
+        outcomes = {"saved": 0, "turn_running": 0, "stale": 0}
+        while not done.is_set():
+            tag = thread_tag(stores.conversations.get(ALICE, conversation.pk))  # read before the thread, as the API does
+            items = stores.conversations.list_messages(ALICE, conversation.pk, limit=100).items
+            posted = [{"id": str(m.pk), "role": m.role, "content": m.content} for m in items]
+            for attempt in (stores.conversations.replace_messages, stores.conversations.merge_messages):
+                try:
+                    saved = attempt(ALICE, conversation.pk, posted, if_match=tag)
+                    tag = thread_tag(stores.conversations.get(ALICE, conversation.pk))
+                    assert [m.pk for m in saved] == [m.pk for m in items]
+                    outcomes["saved"] += 1
+                except Conflict as error:
+                    assert error.code == "turn_running", error.code
+                    outcomes["turn_running"] += 1
+                except PreconditionFailed:
+                    outcomes["stale"] += 1  # a turn started and sealed between the read and the save
+        return outcomes
+
+    sealed, outcomes = run_in_threads(2, lambda index: produce() if index == 0 else save(), timeout=120)
+    assert not isinstance(sealed, BaseException) and not isinstance(outcomes, BaseException), (sealed, outcomes)
+    assert sealed == [True] * RACE_ROUNDS, sealed
+    thread = thread_of(stores, conversation)
+    assert thread == [pair for n in range(RACE_ROUNDS) for pair in (("user", f"q{n}"), ("assistant", f"a{n}"))]
+    assert sum(outcomes.values()) > 0, outcomes
+    # Quiet again: a save with the current tag is written and keeps every question and answer.
+    items = stores.conversations.list_messages(ALICE, conversation.pk, limit=100).items
+    saved = stores.conversations.replace_messages(
+        ALICE, conversation.pk, [{"id": str(m.pk), "role": m.role, "content": m.content} for m in items],
+        if_match=thread_tag(stores.conversations.get(ALICE, conversation.pk)))
+    assert [m.pk for m in saved] == [m.pk for m in items]
+
+
+def test_orm_saves_race_turns(transactional_db: Any) -> None:
+    for _ in range(3):
+        saves_race_turns(orm_stores())
+
+
+def test_memory_saves_race_turns() -> None:
+    for _ in range(3):
+        saves_race_turns(memory_stores())
