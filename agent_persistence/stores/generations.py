@@ -42,8 +42,10 @@ from .base import (
 )
 from .times import clean_caller_time
 
-#: The largest metadata, usage or error object, in bytes of JSON.
+#: The largest metadata, usage, error or artifact-refs value, in bytes of JSON.
 MAX_METADATA_BYTES = 64 * 1024
+#: The most artifact refs a generation run keeps.
+MAX_ARTIFACT_REFS = 1000
 
 
 # -- cleaning input ---------------------------------------------------------------------------
@@ -74,6 +76,20 @@ def clean_error(error: Any) -> dict[str, Any] | None:
     return clean_object(error, "error", max_bytes=MAX_METADATA_BYTES)
 
 
+def clean_artifact_refs(artifacts: Any) -> list[dict[str, Any]]:
+    """A list of JSON objects (refs to the run's artifacts, as the caller shapes them), at most MAX_ARTIFACT_REFS.
+
+    Anything else is Validation with field ``artifacts``; over MAX_METADATA_BYTES of JSON, StorageLimit.
+    """
+    if not isinstance(artifacts, (list, tuple)):
+        raise Validation("artifacts must be a list of objects.", field="artifacts")
+    if len(artifacts) > MAX_ARTIFACT_REFS:
+        raise Validation(f"artifacts may hold at most {MAX_ARTIFACT_REFS} refs.", field="artifacts")
+    if not all(isinstance(ref, dict) for ref in artifacts):
+        raise Validation("Each of artifacts must be a JSON object.", field="artifacts")
+    return clean_json(list(artifacts), "artifacts", max_bytes=MAX_METADATA_BYTES)
+
+
 def changes_of(run: Any, **given: Any) -> dict[str, Any]:
     """The cleaned fields of an update (only those given), with ``finished_at`` kept consistent with ``status``.
 
@@ -94,6 +110,8 @@ def changes_of(run: Any, **given: Any) -> dict[str, Any]:
         changes["usage"] = clean_object(given["usage"], "usage", max_bytes=MAX_METADATA_BYTES)
     if given["metadata"] is not UNSET:
         changes["metadata"] = clean_object(given["metadata"], "metadata", max_bytes=MAX_METADATA_BYTES)
+    if given.get("artifacts", UNSET) is not UNSET:
+        changes["artifact_refs"] = clean_artifact_refs(given["artifacts"])
     status = changes.get("status", run.status)
     if status in FINISHED_GENERATION_STATUSES:
         finished_at = changes.get("finished_at", run.finished_at) or max(timezone.now(), run.started_at)
@@ -212,6 +230,7 @@ class GenerationRunStore:
         result: Any = UNSET,
         usage: Any = UNSET,
         metadata: Any = UNSET,
+        artifacts: Any = UNSET,
     ) -> GenerationRun | None:
         """Patch the given fields of the run; None (nothing written) when no run of ``scope`` has this id.
 
@@ -227,7 +246,8 @@ class GenerationRunStore:
             except NotFound:
                 return None
             changes = changes_of(
-                run, status=status, finished_at=finished_at, error=error, result=result, usage=usage, metadata=metadata
+                run, status=status, finished_at=finished_at, error=error, result=result, usage=usage, metadata=metadata,
+                artifacts=artifacts,
             )
             if changes:
                 GenerationRun.objects.filter(pk=run.pk, tenant=scope.tenant, owner=scope.user).update(**changes)

@@ -1830,8 +1830,9 @@ class GenerationRunStoreProtocol(Protocol):
         result: Any = ...,
         usage: Any = ...,
         metadata: Any = ...,
+        artifacts: Any = ...,
     ) -> GenerationRun | None:
-        """Patch the given fields; None (a no-op) when no run of ``scope`` has this id."""
+        """Patch the given fields (``artifacts``: a list of ref objects); None (a no-op) when no run of ``scope`` has it."""
         ...
 
     def latest(self, scope: Scope, slot: Any) -> GenerationRun | None:

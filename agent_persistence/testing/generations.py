@@ -20,7 +20,7 @@ from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Conflict, ConversationNotOwned, NotFound, Validation
+from ..exceptions import Conflict, ConversationNotOwned, NotFound, StorageLimit, Validation
 from ..ids import uuid7
 from .actors import ALICE, BOB, MALLORY, Actors
 from .concurrency import run_in_threads
@@ -131,6 +131,33 @@ class GenerationRunStoreContract(Actors, FamilyContract):
         assert finished.status == "completed" and finished.finished_at is not None
         stored = store.get(ALICE, run.pk)
         assert record_of(stored) == record_of(finished)
+
+    def test_artifact_refs_are_kept_by_update_and_returned_by_get(self, store: Any) -> None:
+        """TanStack's generation run ``artifacts`` (refs to the bytes it made): ``update(artifacts=)``, ``run.artifact_refs``."""
+        run = self.start(store)
+        assert run.artifact_refs == [] and store.get(ALICE, run.pk).artifact_refs == []
+        refs = [{"artifactId": str(uuid7()), "blobKey": "artifacts/r/1", "mediaType": "image/png"}, {"artifactId": "b"}]
+        assert store.update(ALICE, run.pk, artifacts=refs).artifact_refs == refs
+        assert store.get(ALICE, run.pk).artifact_refs == refs
+        assert store.latest(ALICE, run.slot).artifact_refs == refs
+        store.update(ALICE, run.pk, status="completed")
+        assert store.get(ALICE, run.pk).artifact_refs == refs
+        assert store.update(ALICE, run.pk, artifacts=refs[1:]).artifact_refs == refs[1:]
+        assert async_to_sync(store.aupdate)(ALICE, run.pk, artifacts=[]).artifact_refs == []
+
+    @pytest.mark.parametrize(
+        "artifacts", [None, {"artifactId": "a"}, ["a"], [1], [None], [[]], [{"k": float("nan")}], "refs",
+                      [{"k": "x" * 70_000}], [{}] * 1001],
+        ids=["none", "object", "text-ref", "number-ref", "null-ref", "list-ref", "nan", "text", "too-large", "too-many"],
+    )
+    def test_bad_artifact_refs_are_refused_and_write_nothing(self, store: Any, artifacts: Any) -> None:
+        run = self.start(store)
+        store.update(ALICE, run.pk, artifacts=[{"artifactId": "kept"}])
+        with pytest.raises((Validation, StorageLimit)) as caught:
+            store.update(ALICE, run.pk, artifacts=artifacts, status="completed")
+        assert caught.value.details.get("field") == "artifacts"
+        stored = store.get(ALICE, run.pk)
+        assert (stored.artifact_refs, stored.status) == ([{"artifactId": "kept"}], "running")
 
     def test_update_keeps_finished_at_consistent(self, store: Any) -> None:
         run = self.start(store)

@@ -48,6 +48,10 @@ class GenerationRunSerializer(serializers.Serializer):
     result = serializers.JSONField(allow_null=True, help_text="Result metadata; the bytes are the run's artifacts.")
     usage = JSONObjectField()
     metadata = JSONObjectField()
+    artifacts = serializers.ListField(
+        source="artifact_refs", child=JSONObjectField(),
+        help_text="Refs to what the run made (TanStack's artifacts), as the caller wrote them.",
+    )
 
 
 class GenerationRunCreateInputSerializer(StrictSerializer):
@@ -68,3 +72,7 @@ class GenerationRunUpdateInputSerializer(StrictSerializer):
     result = serializers.JSONField(required=False, allow_null=True)
     usage = JSONObjectField(required=False)
     metadata = JSONObjectField(required=False)
+    artifacts = serializers.ListField(
+        child=JSONObjectField(), required=False, max_length=1000,
+        help_text="Refs to what the run made (a list of objects, replaced whole).",
+    )

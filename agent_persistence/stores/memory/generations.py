@@ -99,6 +99,7 @@ class MemoryGenerationRunStore:
         result: Any = UNSET,
         usage: Any = UNSET,
         metadata: Any = UNSET,
+        artifacts: Any = UNSET,
     ) -> GenerationRun | None:
         try:
             uuid_of = parse_id(run_id, "generation run")
@@ -110,7 +111,8 @@ class MemoryGenerationRunStore:
             except NotFound:
                 return None
             changes = changes_of(
-                run, status=status, finished_at=finished_at, error=error, result=result, usage=usage, metadata=metadata
+                run, status=status, finished_at=finished_at, error=error, result=result, usage=usage, metadata=metadata,
+                artifacts=artifacts,
             )
             for name, value in changes.items():
                 setattr(run, name, value)
