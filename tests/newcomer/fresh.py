@@ -87,14 +87,16 @@ def new_virtualenv(workdir: Path) -> Path:
 class Terminal:
     """One shell session: each snippet is sourced with ``set -euo pipefail``; cwd and variables carry over."""
 
-    def __init__(self, cwd: Path, venv: Path, state_dir: Path) -> None:
+    def __init__(self, cwd: Path, venv: Path, state_dir: Path, *, activated: bool = True) -> None:
+        """``activated=False``: a new terminal, where the virtualenv is not activated yet."""
         self.cwd = cwd
         self.state = state_dir
         self.state.mkdir(parents=True, exist_ok=True)
         env = {name: value for name, value in os.environ.items() if name not in SCRUBBED_ENV and not name.startswith("AP_")}
         path = [entry for entry in env.get("PATH", "").split(os.pathsep) if not entry.startswith(str(ROOT))]
-        env["PATH"] = os.pathsep.join([str(venv / "bin"), *path])
-        env["VIRTUAL_ENV"] = str(venv)  # what `. .venv/bin/activate` sets
+        env["PATH"] = os.pathsep.join([str(venv / "bin"), *path] if activated else path)
+        if activated:
+            env["VIRTUAL_ENV"] = str(venv)  # what `. .venv/bin/activate` sets
         self.env = env
         self.count = 0
 

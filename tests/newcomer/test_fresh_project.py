@@ -250,8 +250,54 @@ def test_a_new_terminal_without_the_key_is_told_what_to_do(terminal: Terminal) -
         ), result.stderr
 
 
+def wait_for_interrupt(base: str, conversation: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listed = httpx.get(f"{base}/api/agents/conversations/{conversation}/interrupts/", auth=("alice", "secret"), timeout=30)
+        if listed.status_code == 200 and listed.json()["interrupts"]:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no interrupt in {timeout} s")
+
+
+def test_the_third_terminal_of_the_tour(terminal: Terminal) -> None:
+    """Step 6's follower, run "in a third terminal now": a new terminal, without the virtualenv or $CONVERSATION."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    (terminal.cwd / "follow.py").write_text(snippet("follow.py", port))
+    server = terminal.start(snippet("serve.sh", port), "daphne-third-terminal.log")
+    try:
+        server.wait_http(base + "/admin/login/")
+        terminal.run(snippet("start_turn.sh", port))  # the second terminal
+        conversation = terminal.env["CONVERSATION"]
+        venv = Path(terminal.env["VIRTUAL_ENV"])
+
+        # Without the documented preamble, the follower says what is missing (an interactive shell has no `set -u`).
+        bare = Terminal(terminal.cwd.parent, venv, terminal.state.parent / "bare-terminal", activated=False)
+        attempt = subprocess.run(["bash", "-c", "cd mysite; " + snippet("follow_with_ticket.sh", port)], cwd=bare.cwd,
+                                 env=bare.env, capture_output=True, text=True, timeout=120)
+        assert attempt.returncode != 0
+        assert "CONVERSATION: is not set in this terminal" in attempt.stderr and "Traceback" not in attempt.stderr, attempt.stderr
+
+        third = Terminal(terminal.cwd.parent, venv, terminal.state.parent / "third-terminal", activated=False)
+        third.run(snippet("third_terminal.sh", **{"/path/to/venv": str(venv), "PASTE-THE-CONVERSATION-ID": conversation}))
+        assert third.cwd == terminal.cwd and third.env["CONVERSATION"] == conversation
+        follower = third.start(snippet("follow_with_ticket.sh", port), "third-terminal.log")
+        try:
+            wait_for_interrupt(base, conversation)
+            terminal.run(snippet("answer.sh", port))  # back in the second terminal
+            follower.process.wait(120)
+        finally:
+            follower.stop()
+        assert follower.process.returncode == 0, follower.output()
+        assert follower.output().strip().splitlines()[-1] == f"completed {OSLO_ANSWER}", follower.output()
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output(), server.output()
+
+
 def test_every_snippet_file_is_used() -> None:
     used = {"install.sh", "startproject.sh", "settings.py-tpl", "urls.py", "asgi.py", "agents.py", "setup.sh",
             "serve.sh", "start_turn.sh", "follow.js", "answer.sh", "tutorial_shell.py", "tutorial_output.txt", "runserver.sh",
-            "follow.py", "follow_with_ticket.sh"}
+            "follow.py", "follow_with_ticket.sh", "third_terminal.sh"}
     assert {path.name for path in Path(SNIPPETS).iterdir() if path.is_file()} == used
