@@ -139,10 +139,16 @@ class Artifact(models.Model):
     generation_run = models.ForeignKey(
         GenerationRun, on_delete=models.CASCADE, null=True, blank=True, related_name="artifacts"
     )
-    blob = models.OneToOneField(Blob, on_delete=models.CASCADE, related_name="artifact")
+    #: The blob the artifact owns (``save``); None for a record-only artifact (``save_record``).
+    blob = models.OneToOneField(Blob, on_delete=models.CASCADE, null=True, blank=True, related_name="artifact")
+    #: A record-only artifact's bytes: a key of the owner's tenant in the blob store (the caller's blob, not owned).
+    blob_key = KeyField(max_length=MAX_KEY_LENGTH, blank=True, default="")
+    #: A record-only artifact's bytes elsewhere: an http(s) URL (a provider's hosted file).
+    source_url = models.CharField(max_length=2048, blank=True, default="")
     name = models.CharField(max_length=255, blank=True, default="")
     media_type = models.CharField(max_length=255, default="application/octet-stream")
-    size = models.PositiveBigIntegerField()
+    #: In bytes; None for a record-only artifact whose size was not given and whose blob was not there yet.
+    size = models.PositiveBigIntegerField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -164,6 +170,10 @@ class Artifact(models.Model):
             # A chat run's artifact belongs to that run's conversation.
             models.CheckConstraint(
                 condition=Q(run__isnull=True) | Q(conversation__isnull=False), name="ap_artifact_chat_has_conversation"
+            ),
+            # Its bytes are somewhere: an owned blob, a blob key, or a source URL.
+            models.CheckConstraint(
+                condition=Q(blob__isnull=False) | ~Q(blob_key="") | ~Q(source_url=""), name="ap_artifact_has_content"
             ),
         ]
 
