@@ -186,3 +186,35 @@ def test_a_bridge_agent_goes_beside_the_tours(doc: str, monkeypatch: pytest.Monk
     exec(block_after(path, "## Write the agent", "AGENT_PERSISTENCE"), settings)
     assert settings["AGENT_PERSISTENCE"]["AGENTS"] == {"helper": "myapp.agents.HelperAgent", name: f"{dotted}.{class_name}"}
     assert settings["AGENT_PERSISTENCE"]["ENCRYPTION_KEYS"] == ["a-key"]
+
+
+def node_snippets() -> dict[str, str]:
+    """The Node blocks of the frontend how-to (those that import ``ws``), by the file name their first line gives."""
+    found = {}
+    for path in ALL_DOCS:
+        for language in ("js", "ts", "mjs"):
+            for line, block in fenced(path.read_text(), language):
+                if 'from "ws"' not in block:
+                    continue
+                first = re.match(r"// ([\w-]+\.mjs): (.*)\n", block)
+                assert first and language == "js", (
+                    f"{doc_id(path)}, block at line {line}: a Node snippet is a ```js module whose first line says how to run it "
+                    f"(// name.mjs: node name.mjs ...)"
+                )
+                assert re.search(rf"\bnode {re.escape(first.group(1))}\b", first.group(2)), f"{doc_id(path)}, line {line}: {first.group(0)}"
+                found[first.group(1)] = block
+    return found
+
+
+def test_the_node_snippets_are_modules_node_runs(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    snippets = node_snippets()
+    assert set(snippets) == {"follow-with-cookie.mjs", "follow-with-ticket.mjs"}
+    if shutil.which("node") is None:
+        pytest.skip("Node.js is not installed")
+    for name, body in snippets.items():
+        (tmp_path / name).write_text(body)
+        checked = subprocess.run(["node", "--check", str(tmp_path / name)], capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0, f"{name}:\n{checked.stderr}"

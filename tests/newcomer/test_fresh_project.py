@@ -296,6 +296,62 @@ def test_the_third_terminal_of_the_tour(terminal: Terminal) -> None:
     assert "Traceback" not in server.output(), server.output()
 
 
+@pytest.mark.skipif((shutil.which("node") is None or shutil.which("npm") is None) and not os.environ.get("CI"),
+                    reason="Node.js (node, npm) is not installed")
+def test_the_node_snippets_of_the_frontend_howto(terminal: Terminal, tmp_path: Path) -> None:
+    """The how-to's two Node modules, run with node as its "Running these in Node" says, against the tour's daphne.
+
+    The folder holds ``ws`` (npm install) and the client; the client is the build the wheel serves as
+    static files (the same sources as the npm tarball, which is not packed here: ``npm pack`` builds
+    it with tsc, beyond this test's time)."""
+    from tests.newcomer.test_docs import node_snippets
+
+    snippets = node_snippets()
+    app = tmp_path / "node-app"
+    app.mkdir()
+    installed = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline", "ws@^8.23.0"], cwd=app,
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    static = Path(terminal.run('python -c "import agent_persistence, pathlib; '
+                               'print(pathlib.Path(agent_persistence.__file__).parent / \'static/agent_persistence/client\')"').strip())
+    client = app / "node_modules" / "@agent-persistence" / "client"
+    shutil.copytree(static, client)
+    (client / "package.json").write_text(json.dumps({"name": "@agent-persistence/client", "type": "module", "exports": {".": "./index.js"}}))
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    for name, body in snippets.items():
+        assert body.count('"https://example.com"') == 1, name
+        (app / name).write_text(body.replace('"https://example.com"', f'"{base}"'))
+    node_env = {name: value for name, value in terminal.env.items() if name not in ("VIRTUAL_ENV", "AGENT_PERSISTENCE_KEY")}
+    server = terminal.start(snippet("serve.sh", port), "daphne-node.log")
+    try:
+        server.wait_http(base + "/admin/login/")
+        terminal.run(snippet("start_turn.sh", port))
+        conversation = terminal.env["CONVERSATION"]
+        # The ticket follower is started with the turn and sees it through the approval.
+        with_ticket = subprocess.Popen(["node", "follow-with-ticket.mjs", conversation], cwd=app, env=node_env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for_interrupt(base, conversation)
+            terminal.run(snippet("answer.sh", port))
+            out, err = with_ticket.communicate(timeout=120)
+        finally:
+            if with_ticket.poll() is None:
+                with_ticket.kill()
+                with_ticket.wait(10)
+        assert with_ticket.returncode == 0, err
+        assert out.strip().splitlines()[-1] == f"completed {OSLO_ANSWER}", out + err
+        # The cookie follower attaches to the finished turn and gets its final frame.
+        with_cookie = subprocess.run(["node", "follow-with-cookie.mjs", conversation], cwd=app,
+                                     env={**node_env, "SESSION_ID": login_cookie(base)}, capture_output=True, text=True, timeout=120)
+        assert with_cookie.returncode == 0, with_cookie.stderr
+        assert with_cookie.stdout.strip().splitlines()[-1] == f"completed {OSLO_ANSWER}", with_cookie.stdout
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output(), server.output()
+
+
 def test_every_snippet_file_is_used() -> None:
     used = {"install.sh", "startproject.sh", "settings.py-tpl", "urls.py", "asgi.py", "agents.py", "setup.sh",
             "serve.sh", "start_turn.sh", "follow.js", "answer.sh", "tutorial_shell.py", "tutorial_output.txt", "runserver.sh",
