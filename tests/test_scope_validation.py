@@ -44,6 +44,11 @@ CALLS: dict[str, Callable[[Stores, Scope], Any]] = {
     "activities.list": lambda s, scope: s.activities.list(scope, uuid7()),
     "artifacts.list_by_conversation": lambda s, scope: s.artifacts.list_by_conversation(scope, uuid7()),
     "interrupts.pending": lambda s, scope: s.interrupts.pending(scope, uuid7()),
+    "supervision.status": lambda s, scope: s.supervision.status(scope, uuid7()),
+    "recordings.read": lambda s, scope: s.recordings.read(scope, uuid7()),
+    "checkpoints.load_for": lambda s, scope: s.checkpoints.load_for(scope, uuid7()),
+    "events.summary": lambda s, scope: s.events.summary(scope, [uuid7()]),
+    "turns.begin": lambda s, scope: s.turns.begin(scope, uuid7(), content="hi", known_agents={"echo"}, agent="echo"),
 }
 
 
