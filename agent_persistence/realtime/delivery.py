@@ -200,7 +200,11 @@ class GroupSender:
             began = time.monotonic()
             while not self.queue.empty():
                 batch.append(self.queue.get_nowait())
-            failures = await self.flush(layer, merge_updates(batch))
+            try:
+                failures = await self.flush(layer, merge_updates(batch))
+            finally:
+                for _ in batch:
+                    self.queue.task_done()
             for message, _ in failures:
                 self.forget(message)
             if failures:  # followers elsewhere fill what is lost from the recording
@@ -225,6 +229,10 @@ class GroupSender:
             sent = await asyncio.gather(*(send_in_order(layer, group, messages) for group, messages in seals))
             failures.extend(failure for group_failures in sent for failure in group_failures)
         return failures
+
+    async def drained(self) -> None:
+        """Return once everything queued so far has been sent (or failed)."""
+        await self.queue.join()
 
     def forget(self, message: dict[str, Any]) -> None:
         """A message was lost: the producer's next one carries its whole text (from offset 0),
@@ -315,6 +323,13 @@ def merge_updates(batch: list[tuple[str, Payload]]) -> list[tuple[str, Payload]]
 
 
 _senders: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupSender]" = weakref.WeakKeyDictionary()
+
+
+async def drain() -> None:
+    """Wait until this loop's group sender has sent what is queued (:func:`.hooks.flush_announcements`)."""
+    current = _senders.get(asyncio.get_running_loop())
+    if current is not None and not current.task.done():
+        await current.drained()
 
 
 def group_sender() -> GroupSender:
@@ -622,4 +637,6 @@ def connect() -> None:
         hooks.stream_listeners.append(on_stream)
     if on_activity not in hooks.activity_listeners:
         hooks.activity_listeners.append(on_activity)
+    if drain not in hooks.announcement_flushers:
+        hooks.announcement_flushers.append(drain)
     conversation_updated.connect(on_conversation_updated, dispatch_uid="agent_persistence.realtime.conversation_updated")

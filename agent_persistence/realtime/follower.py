@@ -14,7 +14,9 @@ one queue and one task, so frames leave in order:
   not span processes, or the relay finds it down, and no producer of this
   process streamed lately), and every ``DEAD_AFTER / 2`` otherwise, as a
   safety net that also notices a dead producer, skipped while live updates
-  keep coming; for a conversation with no turn running, never while the
+  keep coming; for a dead turn, every ``DEAD_AFTER`` while the relay covers
+  it (its seal, from whatever process, is pushed) and at least every
+  second otherwise; for a conversation with no turn running, never while the
   relay covers it (the next turn wakes the follower with a layer message),
   and with back-off up to ``WEBSOCKET_IDLE_POLL_MAX`` when nothing does.
 
@@ -72,6 +74,10 @@ class Update:
     tool_calls: list[dict[str, Any]] | None
     run_id: Any = None
 
+
+#: The longest wait between two reads of a dead turn when no spanning layer covers the conversation: whichever
+#: process seals it (a reaper, ``manage.py reap_turns``, a cancel), its followers have the final within this.
+DEAD_TURN_POLL_MAX = 1.0
 
 #: Doublings of an idle conversation's poll interval (it stops at ``WEBSOCKET_IDLE_POLL_MAX`` anyway).
 MAX_BACK_OFF_STEPS = 16
@@ -320,7 +326,10 @@ class Follower:
         - a turn alive: every ``DEAD_AFTER / 2`` as a safety net (it also notices a dead
           producer) when the layer or this process's hub delivers it live, else every
           ``RECORDING_FLUSH_INTERVAL``;
-        - no turn running (idle, done, errored, interrupted, dead): never while the relay
+        - a dead turn (its producer stopped; whatever process seals it next): every ``DEAD_AFTER`` as a
+          safety net while the relay covers it (the seal is pushed), else with back-off up to
+          :data:`DEAD_TURN_POLL_MAX` (one second);
+        - no turn running (idle, done, errored, interrupted): never while the relay
           covers the conversation (a new turn, a resume or a seal arrives as a layer
           message); otherwise with back-off, doubling from ``RECORDING_FLUSH_INTERVAL`` up
           to ``WEBSOCKET_IDLE_POLL_MAX`` while reads find nothing new.
@@ -332,6 +341,12 @@ class Follower:
         if self.state == "alive":
             live = covered or time.monotonic() - self.last_live < app_settings.DEAD_AFTER / 2
             return app_settings.DEAD_AFTER / 2 if live else flush
+        if self.state == "dead":
+            # Its seal may come from any process (a reaper, a command, a cancel): with the layer it is pushed
+            # (read every DEAD_AFTER as a safety net), without it read at least every DEAD_TURN_POLL_MAX.
+            if covered:
+                return app_settings.DEAD_AFTER
+            return min(flush * 2 ** self.idle_polls, max(flush, DEAD_TURN_POLL_MAX))
         if covered:
             return None
         return min(flush * 2 ** self.idle_polls, max(flush, app_settings.WEBSOCKET_IDLE_POLL_MAX))

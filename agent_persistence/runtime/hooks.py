@@ -90,3 +90,28 @@ def sealed_view(message_id: uuid.UUID) -> Any:
     (a signal sent by other code, or for another turn)."""
     view = _sealed_view.get()
     return view if view is not None and view.message_id == message_id else None
+
+
+#: Awaited by :func:`flush_announcements`; ``agent_persistence.realtime`` registers one that waits until this
+#: loop's channel-layer sender has sent what is queued (the seal of a turn included).
+announcement_flushers: list[Callable[[], Any]] = []
+
+#: The longest :func:`flush_announcements` waits (a layer that is down must not hold a process's exit).
+FLUSH_TIMEOUT = 2.0
+
+
+async def flush_announcements(timeout: float = FLUSH_TIMEOUT) -> None:
+    """Wait until what this loop announced (deltas, activities, seals) has left for other processes.
+
+    A process whose event loop ends soon after a seal (``manage.py reap_turns``, a script under
+    ``asyncio.run``) awaits it first, or the seal queued on the loop's sender is lost with the loop
+    and followers on other servers never hear of it. Never raises; waits at most ``timeout``.
+    """
+    import asyncio
+
+    for flusher in list(announcement_flushers):
+        try:
+            async with asyncio.timeout(timeout):
+                await flusher()
+        except Exception:  # noqa: BLE001 - followers elsewhere still read the turn at their bounded pace
+            logger.warning("Announcements of this process did not all leave within %.1f s.", timeout, exc_info=True)

@@ -280,6 +280,10 @@ class Producer:
                 await self._seal(outcome, error)
         finally:
             supervisor.remove(self)
+        if self.sealing:
+            # The seal's layer message waits on this loop's sender: the turn is over once it has left, so a
+            # process that ends with its turns (a command, a script under asyncio.run) does not lose it.
+            await hooks.flush_announcements()
         return outcome
 
     async def _run_agent(self) -> tuple[Outcome, dict[str, str] | None]:

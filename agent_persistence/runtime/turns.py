@@ -24,6 +24,7 @@ from ..scope import Scope
 from ..statuses import TurnState
 from ..stores import conversation_store, run_store, supervision_store, turn_store
 from ..stores.protocols import Continuation, TurnPlan
+from . import hooks
 from .agents import get_agent
 from .producer import SEALS, Outcome, Producer, Supervisor, replica_id
 
@@ -153,6 +154,8 @@ async def cancel_turn(scope: Scope, conversation_id: Any) -> Any:
     status = await supervision_store().astatus(scope, run.conversation_id)
     if status.state == TurnState.DEAD:
         await sync_to_async(close_out_dead_turn)(scope, run.conversation_id, Outcome.CANCELLED)
+        # The seal's layer message is queued on this loop: see it sent before a caller's loop can end.
+        await hooks.flush_announcements()
     return run
 
 
@@ -208,6 +211,9 @@ async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
             logger.info("Could not reap the turn of conversation %s", conversation_id, exc_info=True)
             continue
         handled.append(conversation_id)
+    if handled and not resume:
+        # The close-outs' seals are queued on this loop's sender: a one-shot command's loop ends next.
+        await hooks.flush_announcements()
     return handled
 
 
