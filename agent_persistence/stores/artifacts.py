@@ -20,12 +20,15 @@ from __future__ import annotations
 import uuid
 from typing import IO, Any
 
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.utils import timezone
 
-from ..exceptions import NotFound
+from ..exceptions import Conflict, NotFound, Validation
 from ..ids import uuid7
-from ..models import Artifact, Conversation, GenerationRun, Run
+from ..models import Artifact, Blob, Conversation, GenerationRun, Run
 from ..scope import Scope
 from .base import (
     Page,
@@ -36,13 +39,26 @@ from .base import (
     clean_with_total,
     lookup_id,
     paginate,
+    parse_id,
     readable,
     readable_conversation,
     writable_conversation,
 )
-from .blobs import BlobRead, ByteRange, clean_range, discard_content, open_blob, read_range, store_content, write_blob
+from .blobs import (
+    BlobRead,
+    BlobStore,
+    ByteRange,
+    clean_key,
+    clean_range,
+    discard_content,
+    open_blob,
+    read_range,
+    store_content,
+    write_blob,
+)
 from .files import Content, clean_content_type, clean_file_name
 from .generations import MAX_METADATA_BYTES, visible_generation_runs, writable_generation_run
+from .times import clean_caller_time
 
 #: The deterministic order of every listing: oldest first, then by id.
 ORDERING = ("created_at", "id")
@@ -55,6 +71,49 @@ def artifact_blob_key(run_id: uuid.UUID, artifact_id: uuid.UUID) -> str:
 
 def clean_artifact_name(name: Any) -> str:
     return "" if name is None or name == "" else clean_file_name(name)
+
+
+#: The longest ``source_url`` of a record-only artifact.
+MAX_SOURCE_URL_LENGTH = 2048
+_source_url = URLValidator(schemes=["http", "https"])
+
+
+def clean_location(blob_key: Any, source_url: Any) -> tuple[str, str]:
+    """A record-only artifact's ``(blob_key, source_url)``: at least one, a valid blob key and an http(s) URL."""
+    blob_key = "" if blob_key is None or blob_key == "" else clean_key(blob_key, "blob_key")
+    if source_url is None or source_url == "":
+        source_url = ""
+    elif not isinstance(source_url, str) or len(source_url) > MAX_SOURCE_URL_LENGTH:
+        raise Validation(f"source_url must be a URL of at most {MAX_SOURCE_URL_LENGTH} characters.", field="source_url")
+    else:
+        try:
+            _source_url(source_url)
+        except ValidationError:
+            raise Validation("source_url must be an http or https URL.", field="source_url") from None
+    if not blob_key and not source_url:
+        raise Validation("A record-only artifact needs a blob_key or a source_url.", field="blob_key")
+    return blob_key, source_url
+
+
+def clean_size(size: Any) -> int | None:
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise Validation("size must be a whole number of bytes, 0 or more.", field="size")
+    return size
+
+
+def content_external(artifact: Artifact) -> NotFound:
+    return NotFound("The artifact's bytes are at its source_url.", code="artifact_content_external",
+                    source_url=artifact.source_url)
+
+
+def content_missing() -> NotFound:
+    return NotFound("The content of this artifact is missing.", code="artifact_content_missing")
+
+
+def artifact_id_taken() -> Conflict:
+    return Conflict("An artifact with this id belongs to someone else.", code="artifact_id_taken")
 
 
 def artifact_not_found() -> NotFound:
@@ -184,6 +243,64 @@ class ArtifactStore:
             # A deferred foreign key fails at commit: the run or its conversation went away.
             raise run_not_found() from None
 
+    def save_record(
+        self,
+        scope: Scope,
+        *,
+        id: Any,
+        run_id: Any,
+        blob_key: Any = None,
+        source_url: Any = None,
+        media_type: Any = None,
+        name: Any = "",
+        size: Any = None,
+        metadata: Any = None,
+        created_at: Any = None,
+    ) -> Artifact:
+        """Save a record only, under the caller's artifact ``id`` (TanStack's ``artifacts.save(record)``).
+
+        Its bytes are a blob the caller put under ``blob_key`` (in the owner's
+        tenant; the record does not own it) or hosted at ``source_url``.
+        Insert-if-absent: an id the caller already saved returns the stored
+        record unchanged; someone else's is Conflict("artifact_id_taken").
+        ``size`` defaults to the blob's when it is there; ``created_at`` (an
+        import's) to now.
+        """
+        check_scope(scope)
+        artifact_id = parse_id(id, "id")
+        blob_key, source_url = clean_location(blob_key, source_url)
+        fields = {
+            "media_type": clean_content_type(media_type),
+            "name": clean_artifact_name(name),
+            "metadata": clean_object(metadata, "metadata", max_bytes=MAX_METADATA_BYTES),
+        }
+        size = clean_size(size)
+        created_at = clean_caller_time(created_at, field="created_at")
+        with transaction.atomic():
+            target = writable_target(scope, run_id, for_update=True)
+            existing = Artifact.objects.filter(pk=artifact_id).first()
+            if existing is not None:
+                return self._original(scope, existing)
+            if size is None and blob_key:
+                size = Blob.objects.filter(tenant=scope.tenant, key=blob_key).values_list("size", flat=True).first()
+            try:
+                with transaction.atomic():
+                    return Artifact.objects.create(
+                        id=artifact_id, tenant=scope.tenant, owner=scope.user, conversation_id=target.conversation_id,
+                        run=target.run, generation_run=target.generation_run, blob=None, blob_key=blob_key,
+                        source_url=source_url, size=size, created_at=created_at or timezone.now(), **fields,
+                    )
+            except IntegrityError:
+                existing = Artifact.objects.filter(pk=artifact_id).first()
+                if existing is None:
+                    raise run_not_found() from None
+                return self._original(scope, existing)
+
+    def _original(self, scope: Scope, artifact: Artifact) -> Artifact:
+        if (artifact.tenant, artifact.owner) != (scope.tenant, scope.user):
+            raise artifact_id_taken()
+        return artifact
+
     def get(self, scope: Scope, artifact_id: Any) -> Artifact:
         """The artifact's record if ``scope`` may read it; NotFound("artifact_not_found") otherwise."""
         check_scope(scope)
@@ -195,12 +312,25 @@ class ArtifactStore:
     def open(self, scope: Scope, artifact_id: Any) -> tuple[Artifact, IO[bytes]]:
         """The record and its bytes opened for reading (the caller closes them)."""
         artifact = self.get(scope, artifact_id)
+        if artifact.blob_id is None:
+            return self._open_record(artifact)
         try:
             return artifact, open_blob(artifact.blob)
         except FileNotFoundError:
             # Deleted (with its bytes) since the record was read, or lost by the storage.
             self.get(scope, artifact.pk)
             raise NotFound("The content of this artifact is missing.", code="artifact_content_missing") from None
+
+    def _open_record(self, artifact: Artifact) -> tuple[Artifact, IO[bytes]]:
+        """A record-only artifact's bytes: the blob under its key now (``artifact.blob`` is set to it, unsaved)."""
+        if not artifact.blob_key:
+            raise content_external(artifact)
+        try:
+            blob, stream = BlobStore().open(artifact.tenant, artifact.blob_key)
+        except NotFound:
+            raise content_missing() from None
+        artifact.blob = blob
+        return artifact, stream
 
     def read(self, scope: Scope, artifact_id: Any, *, byte_range: ByteRange | None = None) -> BlobRead:
         """The artifact's bytes (only ``byte_range`` of them when given); RangeNotSatisfiable past the end."""
@@ -244,6 +374,7 @@ class ArtifactStore:
             return deleted.get(Artifact._meta.label, 0)
 
     asave = async_twin("save")
+    asave_record = async_twin("save_record")
     aget = async_twin("get")
     aopen = async_twin("open")
     aread = async_twin("read")

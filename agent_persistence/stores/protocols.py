@@ -1717,6 +1717,23 @@ class ArtifactStoreProtocol(Protocol):
         """Store ``content`` as an artifact of the run (chat or generation); the new record."""
         ...
 
+    def save_record(
+        self,
+        scope: Scope,
+        *,
+        id: Any,
+        run_id: Any,
+        blob_key: Any = None,
+        source_url: Any = None,
+        media_type: Any = None,
+        name: Any = "",
+        size: Any = None,
+        metadata: Any = None,
+        created_at: Any = None,
+    ) -> Artifact:
+        """Save a record only, under the caller's ``id``, its bytes a blob under ``blob_key`` or at ``source_url``."""
+        ...
+
     def get(self, scope: Scope, artifact_id: Any) -> Artifact:
         """The record if ``scope`` may read it; NotFound("artifact_not_found") otherwise."""
         ...
@@ -1760,6 +1777,23 @@ class ArtifactStoreProtocol(Protocol):
         metadata: Any = None,
     ) -> Artifact:
         """Async twin of :meth:`save`."""
+        ...
+
+    async def asave_record(
+        self,
+        scope: Scope,
+        *,
+        id: Any,
+        run_id: Any,
+        blob_key: Any = None,
+        source_url: Any = None,
+        media_type: Any = None,
+        name: Any = "",
+        size: Any = None,
+        metadata: Any = None,
+        created_at: Any = None,
+    ) -> Artifact:
+        """Async twin of :meth:`save_record`."""
         ...
 
     async def aget(self, scope: Scope, artifact_id: Any) -> Artifact:

@@ -15,13 +15,14 @@ no bytes are left behind is asked of the family (``stored_blobs``).
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from ..exceptions import ConversationNotOwned, NotFound, RangeNotSatisfiable, Validation
+from ..exceptions import Conflict, ConversationNotOwned, NotFound, RangeNotSatisfiable, Validation
 from ..ids import uuid7
 from ..stores.blobs import ByteRange
 from .actors import ALICE, BOB, MALLORY, Actors
@@ -208,11 +209,98 @@ class ArtifactStoreContract(Actors, FamilyContract):
             store.get(ALICE, own.pk)
         assert self.family.stored_blobs() == before
 
+    # -- record-only saves (TanStack's artifacts.save(record)) --------------------------------------
+
+    def test_a_record_only_save_under_the_callers_id_points_at_a_blob(self, store: Any) -> None:
+        run = self.chat_run()
+        key = f"uploads/{run.pk}/hero.png"
+        self.family.blobs.put(ALICE.tenant, key, b"\x89PNG", content_type="image/png")
+        artifact_id, created_at = uuid7(), timezone.now() - timedelta(minutes=5)
+        before = self.family.stored_blobs()
+        record = store.save_record(ALICE, id=str(artifact_id), run_id=run.pk, blob_key=key, media_type="image/png",
+                                   name="hero.png", metadata={"w": 1}, created_at=created_at)
+        assert (record.pk, record.blob_key, record.source_url, record.created_at) == (artifact_id, key, "", created_at)
+        assert (record.run_id, record.conversation_id, record.media_type, record.size) == (
+            run.pk, run.conversation_id, "image/png", 4)
+        got = store.get(ALICE, artifact_id)
+        assert (got.pk, got.blob_key, got.created_at, got.name, got.metadata) == (artifact_id, key, created_at,
+                                                                                   "hero.png", {"w": 1})
+        assert store.read(ALICE, artifact_id).data == b"\x89PNG"
+        assert store.read(ALICE, artifact_id, byte_range=ByteRange(1, 2)).data == b"PN"
+        assert self.ids(store.list_by_run(ALICE, run.pk)) == [artifact_id]
+        assert self.family.stored_blobs() == before  # the record adds no bytes
+        # Insert-if-absent: the same id again returns the stored record unchanged.
+        again = store.save_record(ALICE, id=artifact_id, run_id=run.pk, source_url="https://cdn.example/other.png")
+        assert (again.blob_key, again.source_url, again.created_at) == (key, "", created_at)
+        # The blob is the caller's: deleting the record keeps it.
+        store.delete(ALICE, artifact_id)
+        with pytest.raises(NotFound):
+            store.get(ALICE, artifact_id)
+        assert self.family.blobs.get(ALICE.tenant, key).data == b"\x89PNG"
+
+    def test_a_record_only_save_with_a_source_url_or_a_missing_blob(self, store: Any) -> None:
+        run = self.generation_run()
+        hosted = store.save_record(ALICE, id=uuid7(), run_id=run.pk, source_url="https://cdn.example/a.mp4",
+                                   media_type="video/mp4", size=1234)
+        assert (hosted.source_url, hosted.blob_key, hosted.size, hosted.generation_run_id) == (
+            "https://cdn.example/a.mp4", "", 1234, run.pk)
+        assert store.get(ALICE, hosted.pk).source_url == "https://cdn.example/a.mp4"
+        with pytest.raises(NotFound) as caught:
+            store.read(ALICE, hosted.pk)
+        assert caught.value.code == "artifact_content_external"
+        assert caught.value.details["source_url"] == "https://cdn.example/a.mp4"
+        later = store.save_record(ALICE, id=uuid7(), run_id=run.pk, blob_key="not/yet/put")
+        assert later.size is None
+        with pytest.raises(NotFound) as caught:
+            store.read(ALICE, later.pk)
+        assert caught.value.code == "artifact_content_missing"
+        self.family.blobs.put(ALICE.tenant, "not/yet/put", b"now")
+        assert store.read(ALICE, later.pk).data == b"now"
+        for scope in (BOB, MALLORY):
+            with pytest.raises(NotFound):
+                store.get(scope, hosted.pk)
+
+    def test_a_bad_record_only_save_stores_nothing(self, store: Any) -> None:
+        run = self.chat_run(shared=True)
+        taken = store.save_record(ALICE, id=uuid7(), run_id=run.pk, blob_key="k")
+        cases = [
+            ({}, Validation, "invalid", "blob_key"),
+            ({"blob_key": "../x"}, Validation, "invalid_key", "blob_key"),
+            ({"blob_key": "a//b"}, Validation, "invalid_key", "blob_key"),
+            ({"source_url": "ftp://example.com/a"}, Validation, "invalid", "source_url"),
+            ({"source_url": "javascript:alert(1)"}, Validation, "invalid", "source_url"),
+            ({"source_url": "https://example.com/" + "a" * 2048}, Validation, "invalid", "source_url"),
+            ({"source_url": 5}, Validation, "invalid", "source_url"),
+            ({"blob_key": "k", "id": "nope"}, Validation, "invalid_id", "id"),
+            ({"blob_key": "k", "size": -1}, Validation, "invalid", "size"),
+            ({"blob_key": "k", "size": True}, Validation, "invalid", "size"),
+            ({"blob_key": "k", "media_type": "image"}, Validation, "invalid", None),
+            ({"blob_key": "k", "created_at": timezone.now() + timedelta(days=1)}, Validation, "future_time", "created_at"),
+            ({"blob_key": "k", "run_id": uuid7()}, NotFound, "run_not_found", None),
+        ]
+        for fields, error, code, field in cases:
+            arguments = {"id": uuid7(), "run_id": run.pk, **fields}
+            with pytest.raises(error) as caught:
+                store.save_record(ALICE, **arguments)
+            assert caught.value.code == code, (fields, caught.value.code)
+            if field is not None:
+                assert caught.value.details.get("field") == field, (fields, caught.value.details)
+        with pytest.raises(ConversationNotOwned):
+            store.save_record(BOB, id=uuid7(), run_id=run.pk, blob_key="k")
+        bobs_run = self.family.generations.create_or_resume(BOB, id=uuid7(), slot="s", kind="image")
+        with pytest.raises(Conflict) as caught:
+            store.save_record(BOB, id=taken.pk, run_id=bobs_run.pk, blob_key="k")
+        assert caught.value.code == "artifact_id_taken"
+        assert self.ids(store.list_by_run(ALICE, run.pk)) == [taken.pk]
+        assert store.list_by_run(BOB, bobs_run.pk).total == 0
+
     def test_async_twins(self, store: Any) -> None:
         run = self.chat_run()
+        record = async_to_sync(store.asave_record)(ALICE, id=uuid7(), run_id=run.pk, source_url="https://x.example/a")
+        assert async_to_sync(store.aget)(ALICE, record.pk).source_url == "https://x.example/a"
         artifact = async_to_sync(store.asave)(ALICE, run_id=run.pk, content=b"twin")
         assert async_to_sync(store.aread)(ALICE, artifact.pk).data == b"twin"
         assert async_to_sync(store.aget)(ALICE, artifact.pk).size == 4
-        assert [a.pk for a in async_to_sync(store.alist_by_run)(ALICE, run.pk).items] == [artifact.pk]
-        assert async_to_sync(store.alist_by_conversation)(ALICE, run.conversation_id).total == 1
-        assert async_to_sync(store.adelete_for_run)(ALICE, run.pk) == 1
+        assert [a.pk for a in async_to_sync(store.alist_by_run)(ALICE, run.pk).items] == [record.pk, artifact.pk]
+        assert async_to_sync(store.alist_by_conversation)(ALICE, run.conversation_id).total == 2
+        assert async_to_sync(store.adelete_for_run)(ALICE, run.pk) == 2

@@ -57,6 +57,8 @@ def test_lists_and_record(alice_client: Any, artifact: Any, run: Any, conversati
         "name": "chart.png",
         "media_type": "image/png",
         "size": len(CONTENT),
+        "blob_key": "",
+        "source_url": "",
         "metadata": {},
         "created_at": record["created_at"],
     }

@@ -32,3 +32,26 @@ def test_generation_run_artifact_refs_are_patched_and_read(alice_client: Any) ->
         assert response.status_code == 400, (bad, response.content)
         assert response.json()["details"]["field"].startswith("artifacts"), response.json()
     assert alice_client.get(url("generation-run-detail", run_id)).json()["artifacts"] == refs
+
+
+def test_record_only_artifacts_are_read_and_downloaded(alice_client: Any, alice_scope: Any) -> None:
+    from agent_persistence.stores import artifact_store, blob_store, generation_run_store
+
+    run = generation_run_store().create_or_resume(alice_scope, id=uuid7(), slot="hero", kind="image")
+    blob_store().put(alice_scope.tenant, "uploads/hero.png", b"\x89PNG", content_type="image/png")
+    stored = artifact_store().save_record(alice_scope, id=uuid7(), run_id=run.pk, blob_key="uploads/hero.png",
+                                          media_type="image/png")
+    hosted = artifact_store().save_record(alice_scope, id=uuid7(), run_id=run.pk, source_url="https://cdn.example/a.png")
+    body = alice_client.get(url("artifact-detail", stored.pk)).json()
+    assert (body["id"], body["blob_key"], body["source_url"], body["size"]) == (str(stored.pk), "uploads/hero.png", "", 4)
+    content = alice_client.get(url("artifact-content", stored.pk))
+    assert content.status_code == 200 and b"".join(content.streaming_content) == b"\x89PNG"
+    partial = alice_client.get(url("artifact-content", stored.pk), HTTP_RANGE="bytes=1-2")
+    assert partial.status_code == 206 and b"".join(partial.streaming_content) == b"PN"
+    body = alice_client.get(url("artifact-detail", hosted.pk)).json()
+    assert (body["source_url"], body["blob_key"], body["size"]) == ("https://cdn.example/a.png", "", None)
+    external = alice_client.get(url("artifact-content", hosted.pk))
+    assert (external.status_code, external.json()["code"]) == (404, "artifact_content_external")
+    assert external.json()["details"]["source_url"] == "https://cdn.example/a.png"
+    listed = alice_client.get(url("run-artifacts", run.pk)).json()
+    assert {item["id"] for item in listed["items"]} == {str(stored.pk), str(hosted.pk)}

@@ -19,7 +19,11 @@ class ArtifactSerializer(serializers.Serializer):
     conversation_id = serializers.UUIDField(allow_null=True)
     name = serializers.CharField()
     media_type = serializers.CharField()
-    size = serializers.IntegerField()
+    size = serializers.IntegerField(allow_null=True, help_text="In bytes; null for a record whose size is not known.")
+    blob_key = serializers.CharField(
+        help_text="A record-only artifact's blob key (its bytes are that blob's); empty when the artifact owns its bytes."
+    )
+    source_url = serializers.CharField(help_text="A record-only artifact's bytes hosted elsewhere; empty otherwise.")
     metadata = JSONObjectField()
     created_at = serializers.DateTimeField()
 

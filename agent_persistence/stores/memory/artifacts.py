@@ -13,15 +13,28 @@ from typing import IO, Any
 
 from django.utils import timezone
 
-from ...exceptions import NotFound
 from ...ids import uuid7
 from ...models import Artifact
 from ...scope import Scope
-from ..artifacts import ORDERING, artifact_blob_key, artifact_not_found, artifact_pk, clean_artifact_name, run_not_found, run_pk
-from ..base import Page, async_twin, check_scope, clean_object, clean_paging, clean_with_total
+from ..artifacts import (
+    ORDERING,
+    artifact_blob_key,
+    artifact_id_taken,
+    artifact_not_found,
+    artifact_pk,
+    clean_artifact_name,
+    clean_location,
+    clean_size,
+    content_external,
+    content_missing,
+    run_not_found,
+    run_pk,
+)
+from ..base import Page, async_twin, check_scope, clean_object, clean_paging, clean_with_total, parse_id
 from ..blobs import BlobRead, ByteRange, clean_range, read_range
 from ..files import Content, clean_content_type
 from ..generations import MAX_METADATA_BYTES
+from ..times import clean_caller_time
 from .blobs import read_content, write_blob
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
@@ -111,17 +124,76 @@ class MemoryArtifactStore:
             self.db.artifacts[artifact_id] = artifact
             return clone(artifact)
 
+    def save_record(
+        self,
+        scope: Scope,
+        *,
+        id: Any,
+        run_id: Any,
+        blob_key: Any = None,
+        source_url: Any = None,
+        media_type: Any = None,
+        name: Any = "",
+        size: Any = None,
+        metadata: Any = None,
+        created_at: Any = None,
+    ) -> Artifact:
+        check_scope(scope)
+        artifact_id = parse_id(id, "id")
+        blob_key, source_url = clean_location(blob_key, source_url)
+        media_type = clean_content_type(media_type)
+        name = clean_artifact_name(name)
+        metadata = clean_object(metadata, "metadata", max_bytes=MAX_METADATA_BYTES)
+        size = clean_size(size)
+        created_at = clean_caller_time(created_at, field="created_at")
+        with self.db.lock:
+            run, generation_run = self._writable_target(scope, run_id)
+            existing = self.db.artifacts.get(artifact_id)
+            if existing is not None:
+                if (existing.tenant, existing.owner) != (scope.tenant, scope.user):
+                    raise artifact_id_taken()
+                return clone(existing)
+            target = run or generation_run
+            if size is None and blob_key:
+                blob = self.db.blobs.get((scope.tenant, blob_key))
+                size = None if blob is None else blob.size
+            artifact = Artifact(
+                id=artifact_id,
+                tenant=scope.tenant,
+                owner=scope.user,
+                conversation_id=target.conversation_id,
+                run_id=None if run is None else run.pk,
+                generation_run_id=None if generation_run is None else generation_run.pk,
+                blob=None,
+                blob_key=blob_key,
+                source_url=source_url,
+                name=name,
+                media_type=media_type,
+                size=size,
+                metadata=metadata,
+                created_at=created_at or timezone.now(),
+            )
+            self.db.artifacts[artifact_id] = artifact
+            return clone(artifact)
+
     def get(self, scope: Scope, artifact_id: Any) -> Artifact:
         with self.db.lock:
             return clone(self._visible(scope, artifact_id))
 
     def open(self, scope: Scope, artifact_id: Any) -> tuple[Artifact, IO[bytes]]:
         with self.db.lock:
-            artifact = self._visible(scope, artifact_id)
+            artifact = clone(self._visible(scope, artifact_id))
+            if artifact.blob_id is None:
+                if not artifact.blob_key:
+                    raise content_external(artifact)
+                blob = self.db.blobs.get((artifact.tenant, artifact.blob_key))
+                if blob is None:
+                    raise content_missing()
+                artifact.blob = clone(blob)
             payload = self.db.blob_contents.get(artifact.blob_id)
             if payload is None:
-                raise NotFound("The content of this artifact is missing.", code="artifact_content_missing")
-            return clone(artifact), io.BytesIO(payload)
+                raise content_missing()
+            return artifact, io.BytesIO(payload)
 
     def read(self, scope: Scope, artifact_id: Any, *, byte_range: ByteRange | None = None) -> BlobRead:
         byte_range = clean_range(byte_range)
@@ -167,6 +239,7 @@ class MemoryArtifactStore:
             return self.db.delete_artifacts(lambda row: row.generation_run_id == generation_run.pk)
 
     asave = async_twin("save")
+    asave_record = async_twin("save_record")
     aget = async_twin("get")
     aopen = async_twin("open")
     aread = async_twin("read")

@@ -146,7 +146,8 @@ class MemoryDatabase:
         picked = [row for row in self.artifacts.values() if doomed(row)]
         for row in picked:
             del self.artifacts[row.pk]
-            self.delete_blob(row.tenant, row.blob.key)
+            if row.blob_id is not None:  # a record-only artifact owns no blob
+                self.delete_blob(row.tenant, row.blob.key)
         return len(picked)
 
     def delete_message(self, pk: uuid.UUID) -> None:
