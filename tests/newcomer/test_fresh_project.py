@@ -10,8 +10,13 @@ documented settings, URLs, ``asgi.py`` and agent are applied from the files the 
   websocket with the TypeScript client served as a static file (in headless Chromium, logged in
   as the user), the curl that answers the approval, the final answer, and a script that follows
   the turn with a websocket ticket;
-- the tutorial: its ``manage.py shell`` script prints what the tutorial shows, and ``runserver``
-  serves the admin, its static files and the websocket route.
+- the tutorial: its ``manage.py shell`` script prints what the tutorial shows, piped in and pasted
+  on a real pseudo-terminal, and ``runserver`` serves the admin, its static files and the websocket
+  route; step 8's model agent streams from OpenAI's Python client against a local server speaking
+  its HTTP API;
+- what a newcomer runs into: a new terminal without the key (one line, no traceback), the README's
+  third terminal (no virtualenv, no ``$CONVERSATION``), and the frontend how-to's Node modules run
+  with ``node``.
 
 Only the documented port 8000 is replaced by a free one.
 """
@@ -26,7 +31,9 @@ import re
 import select
 import shutil
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
@@ -352,8 +359,84 @@ def test_the_node_snippets_of_the_frontend_howto(terminal: Terminal, tmp_path: P
     assert "Traceback" not in server.output(), server.output()
 
 
+class FakeOpenAI(ThreadingHTTPServer):
+    """A local server speaking OpenAI's Chat Completions API, streamed (server-sent events), as the SDK calls it.
+
+    It answers from the messages it is sent, so the second answer shows the first turn reached the model:
+    "Oslo ..." to the capital question, then the population of Oslo only when that answer is in the history."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), FakeOpenAIHandler)
+        self.requests: list[dict] = []
+
+    @staticmethod
+    def answer(messages: list[dict]) -> str:
+        last = messages[-1]["content"]
+        if "capital of Norway" in last:
+            return "The capital of Norway is Oslo."
+        if any(message["role"] == "assistant" and "Oslo" in (message["content"] or "") for message in messages):
+            return "Oslo has about 720,000 inhabitants."
+        return "Which city do you mean?"
+
+
+class FakeOpenAIHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        server: FakeOpenAI = self.server  # type: ignore[assignment]
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/v1/chat/completions" or self.headers.get("Authorization") != "Bearer test-key" or not body.get("stream"):
+            self.send_response(400)
+            self.end_headers()
+            return
+        server.requests.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        words = FakeOpenAI.answer(body["messages"]).split(" ")
+        deltas = [{"role": "assistant", "content": ""}] + [{"content": (" " if n else "") + word} for n, word in enumerate(words)]
+        for number, delta in enumerate([*deltas, {}]):
+            chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": None if delta else "stop"}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            time.sleep(0.01)
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def test_the_tutorial_model_agent_streams_from_the_openai_sdk(terminal: Terminal) -> None:
+    """Step 8 of the tutorial: a plain Agent that maps turn.transcript to Chat Completions messages and streams
+    the answer with OpenAI's own Python client, here against a local server speaking its HTTP API."""
+    project = terminal.cwd
+    (project / "myapp" / "model_agents.py").write_text(snippet("model_agents.py"))
+    with (project / "mysite" / "settings.py").open("a") as settings:
+        settings.write("\n" + snippet("model_settings.py-tpl"))
+    fake = FakeOpenAI()
+    thread = threading.Thread(target=fake.serve_forever, daemon=True)
+    thread.start()
+    try:
+        terminal.run(snippet("model_setup.sh", **{"sk-...": "test-key"}))
+        terminal.run(f"export OPENAI_BASE_URL=http://127.0.0.1:{fake.server_port}/v1")
+        printed = terminal.run("python manage.py shell", stdin=snippet("model_shell.py"))
+    finally:
+        fake.shutdown()
+        fake.server_close()
+    printed = re.sub(r"\A\d+ objects? imported automatically \(use -v 2 for details\)\.\n\n?", "", printed)
+    assert printed == snippet("model_output.txt")
+    system = {"role": "system", "content": "You are a helpful assistant. Answer in one sentence."}
+    assert [request["messages"] for request in fake.requests] == [
+        [system, {"role": "user", "content": "What is the capital of Norway?"}],
+        [system, {"role": "user", "content": "What is the capital of Norway?"},
+         {"role": "assistant", "content": "The capital of Norway is Oslo."}, {"role": "user", "content": "And its population?"}],
+    ]
+
+
 def test_every_snippet_file_is_used() -> None:
     used = {"install.sh", "startproject.sh", "settings.py-tpl", "urls.py", "asgi.py", "agents.py", "setup.sh",
             "serve.sh", "start_turn.sh", "follow.js", "answer.sh", "tutorial_shell.py", "tutorial_output.txt", "runserver.sh",
-            "follow.py", "follow_with_ticket.sh", "third_terminal.sh"}
+            "follow.py", "follow_with_ticket.sh", "third_terminal.sh", "model_setup.sh", "model_agents.py",
+            "model_settings.py-tpl", "model_shell.py", "model_output.txt"}
     assert {path.name for path in Path(SNIPPETS).iterdir() if path.is_file()} == used
