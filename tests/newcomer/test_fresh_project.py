@@ -421,6 +421,15 @@ def test_the_tutorial_model_agent_streams_from_the_openai_sdk(terminal: Terminal
         terminal.run(snippet("model_setup.sh", **{"sk-...": "test-key"}))
         terminal.run(f"export OPENAI_BASE_URL=http://127.0.0.1:{fake.server_port}/v1")
         printed = terminal.run("python manage.py shell", stdin=snippet("model_shell.py"))
+        # A conversation whose first answer called a tool (the tutorial's helper), then a turn of the model agent.
+        script = snippet("tutorial_shell.py")
+        assert script.count("    print(await handle.task)\n\n\nasyncio.run(main())") == 1
+        with_tool = terminal.run("python manage.py shell", stdin=script.replace(
+            "    print(await handle.task)\n\n\nasyncio.run(main())",
+            "    print(await handle.task)\n"
+            "    handle = await start_turn(scope, conversation_id, content='Thanks!', agent='writer')\n"
+            "    print(await handle.task)\n\n\nasyncio.run(main())"))
+        assert "Outcome.COMPLETED\nOutcome.COMPLETED\n" in with_tool, with_tool
     finally:
         fake.shutdown()
         fake.server_close()
@@ -431,6 +440,12 @@ def test_the_tutorial_model_agent_streams_from_the_openai_sdk(terminal: Terminal
         [system, {"role": "user", "content": "What is the capital of Norway?"}],
         [system, {"role": "user", "content": "What is the capital of Norway?"},
          {"role": "assistant", "content": "The capital of Norway is Oslo."}, {"role": "user", "content": "And its population?"}],
+        [system, {"role": "user", "content": "What is the weather in Lisbon?"},
+         {"role": "assistant", "content": None, "tool_calls": [
+             {"id": "weather-1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lisbon"}'}}]},
+         {"role": "tool", "tool_call_id": "weather-1", "content": '{"city": "Lisbon", "forecast": "sunny, 19 \\u00b0C"}'},
+         {"role": "assistant", "content": "Let me look up the weather in Lisbon. In Lisbon it is sunny, 19 °C."},
+         {"role": "user", "content": "Thanks!"}],
     ]
 
 
