@@ -52,6 +52,7 @@ from ..stores import activity_store, turn_store
 from ..stores.activities import activity_as_json
 from ..stores.base import readable_conversation
 from ..stores.protocols import TurnView
+from ..runtime.turns import ensure_reaper
 from .delivery import Payload, hub
 
 logger = logging.getLogger(__name__)
@@ -264,6 +265,7 @@ class Follower:
         Access is checked again first: AccessLost when the user may no longer read the conversation.
         """
         await self.stop()
+        ensure_reaper()  # REAPER_ENABLED: a replica that only serves followers reaps dead turns too
         if self.subscription is None:
             # Subscribe before reading, so nothing between the read and the first live update is missed.
             self.subscription = hub.subscribe(self.conversation_id, self.push)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,41 @@ def supervisor() -> Supervisor:
     if app_settings.REAPER_ENABLED:
         current.start_reaper(reap_forever)
     return current
+
+
+_reaper_started_in = 0  # the process id whose producer loop runs the reaper (forked workers start their own)
+
+
+def ensure_reaper() -> bool:
+    """With ``REAPER_ENABLED``, start the in-process reaper on this process's producer loop, once.
+
+    Called when the process serves its first HTTP request (``request_started``, WSGI or ASGI) and
+    its first websocket follower, so a replica reaps whatever it serves, not only once it starts a
+    turn of its own. Cheap and idempotent; returns whether a reaper runs (was started) in this process.
+    """
+    global _reaper_started_in
+    if not app_settings.REAPER_ENABLED:
+        return False
+    if _reaper_started_in == os.getpid():
+        return True
+    _reaper_started_in = os.getpid()
+    from .loop import submit
+
+    async def start() -> None:
+        supervisor()
+
+    submit(start())
+    return True
+
+
+def on_request_started(sender: Any, **kwargs: Any) -> None:
+    """``request_started`` receiver (connected in ``AppConfig.ready``): start the reaper with the process."""
+    try:
+        ensure_reaper()
+    except Exception:  # noqa: BLE001 - a request never fails for the reaper; the next one tries again
+        global _reaper_started_in
+        _reaper_started_in = 0
+        logger.exception("Could not start the reaper.")
 
 
 # -- start -------------------------------------------------------------------------------------
@@ -233,6 +269,7 @@ __all__ = [
     "cancel_turn",
     "close_out_dead_turn",
     "continue_turn",
+    "ensure_reaper",
     "force_release",
     "reap_dead_turns",
     "reap_forever",

@@ -1,0 +1,99 @@
+"""With ``REAPER_ENABLED`` every replica reaps, whatever it has served: the reaper starts with the process.
+
+Two real uvicorn processes with the reaper on: A produces a turn, B has only served a websocket
+follower (or only one HTTP request, and no socket at all) and never started a turn. A is SIGKILLed
+mid-answer; B's reaper must resume the turn and finish it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import urllib.request
+import uuid
+from typing import Any, Iterator
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.db import connection
+
+from agent_persistence.scope import Scope
+from agent_persistence.stores import conversation_store, supervision_store
+from tests.agents import ANSWER
+from tests.realtime.client import StreamClient
+from tests.realtime.servers import Server, receive, send, server_env, socket_to, start_servers
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+REDIS_MISSING = not os.environ.get("REDIS_URL") and not os.environ.get("CI")
+#: Seconds between two sweeps of each server's reaper.
+REAPER_INTERVAL = 0.5
+
+
+@pytest.fixture(params=["recording", pytest.param("redis", marks=pytest.mark.skipif(REDIS_MISSING, reason="REDIS_URL is not set"))])
+def servers(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
+    if request.param == "redis" and not os.environ.get("REDIS_URL"):
+        pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
+    env = server_env(str(connection.settings_dict["NAME"]), redis=request.param == "redis")
+    env["AP_REAPER_INTERVAL"] = str(REAPER_INTERVAL)
+    running = start_servers(env)
+    try:
+        yield running
+    finally:
+        for server in running:
+            server.stop()
+
+
+@pytest.fixture
+def session() -> tuple[str, uuid.UUID]:
+    user = get_user_model().objects.create_user("reaper-alice")
+    store = SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.create()
+    conversation = conversation_store().create(Scope(tenant="", user=str(user.pk)), agent="scripted")
+    return store.session_key, conversation.pk
+
+
+async def test_a_replica_that_only_served_a_follower_resumes_the_dead_turn(servers: list[Server], session: Any) -> None:
+    a, b = servers
+    key, conversation_id = session
+    async with socket_to(b, conversation_id, key) as follower_socket:
+        await send(follower_socket, {"type": "attach"})
+        client = await receive(follower_socket, StreamClient(), until="status")
+        async with socket_to(a, conversation_id, key) as producer_socket:
+            await send(producer_socket, {"type": "start", "content": "go"})
+            await receive(follower_socket, client, min_text=len(ANSWER) // 3)
+            await sync_to_async(a.kill)()
+        killed = time.monotonic()
+        await receive(follower_socket, client, until="final", timeout=20)
+        took = time.monotonic() - killed
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    assert took < 15, took
+
+
+async def test_a_replica_that_only_served_one_http_request_resumes_the_dead_turn(servers: list[Server], session: Any) -> None:
+    a, b = servers
+    key, conversation_id = session
+    # B's only traffic: one plain HTTP request (a 404 is enough to be a request it served).
+    try:
+        await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{b.port}/nothing-here/", timeout=10)
+    except urllib.error.HTTPError:
+        pass
+    async with socket_to(a, conversation_id, key) as producer_socket:
+        await send(producer_socket, {"type": "start", "content": "go"})
+        await receive(producer_socket, StreamClient(), min_text=len(ANSWER) // 3)
+        await sync_to_async(a.kill)()
+    scope = Scope(tenant="", user=str((await sync_to_async(get_user_model().objects.get)(username="reaper-alice")).pk))
+    deadline = time.monotonic() + 20
+    state = None
+    while time.monotonic() < deadline:
+        state = (await supervision_store().astatus(scope, conversation_id)).state
+        if state == "done":
+            break
+        await asyncio.sleep(0.2)
+    assert state == "done", f"the turn is still {state} 20 s after its producer was killed"
