@@ -397,15 +397,19 @@ class MemoryConversationStore:
         expected = clean_thread_tag(if_match)
         now = timezone.now()
         with self.db.lock:
+            absent = pk not in self.db.conversations
             with self._created_if_absent(scope, pk, create, agent=agent, title=None, now=now):
                 conversation = self.db.writable_conversation(scope, pk)
+                if expected is not None and absent:
+                    raise NotFound("No such conversation.")  # a precondition names a stored thread (as the ORM's)
+                check_thread_tag(expected, conversation)
+                supervision = self.db.supervision.get(pk)
+                if incoming or not merge:  # as the ORM's: an empty merge writes nothing and is not refused
+                    if supervision is not None and supervision.status == SupervisionStatus.RUNNING:
+                        raise turn_running(supervision.message_id)
                 self._check_new_messages(pk, incoming, merged_into=True)
-            check_thread_tag(expected, conversation)
             if merge and not incoming:
                 return [clone(row) for row in self._transcript(pk)]
-            supervision = self.db.supervision.get(pk)
-            if supervision is not None and supervision.status == SupervisionStatus.RUNNING:
-                raise turn_running(supervision.message_id)
             self._save_thread(conversation, incoming, merge=merge, now=now)
             conversation.updated_at = now
             return [clone(row) for row in self._transcript(pk)]
