@@ -54,7 +54,8 @@ pytestmark = pytest.mark.django_db
 #: Rows whose calls start, resume, stop or continue a turn: a producer on the process's producer loop
 #: (another thread, its own connection) must see the world, so their cells commit it (transaction=True)
 #: and wait for their producers. Every other cell runs in a rolled-back transaction and must start none.
-PRODUCING_ROWS = {("turn-start", "POST"), ("turn-resume", "POST"), ("turn-cancel", "POST"), ("conversation-interrupts", "POST")}
+PRODUCING_ROWS = {("turn-start", "POST"), ("turn-resume", "POST"), ("turn-cancel", "POST"), ("conversation-interrupts", "POST"),
+                  ("interrupt-cancel", "POST")}  # cancelling the last pending interrupt continues the turn
 
 ACTORS = ("owner", "other", "reader", "tenant", "anon")
 #: Endpoints the matrix does not cover, with the reason (the schema itself is public).
