@@ -55,3 +55,32 @@ def test_record_only_artifacts_are_read_and_downloaded(alice_client: Any, alice_
     assert external.json()["details"]["source_url"] == "https://cdn.example/a.png"
     listed = alice_client.get(url("run-artifacts", run.pk)).json()
     assert {item["id"] for item in listed["items"]} == {str(stored.pk), str(hosted.pk)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_the_last_pending_interrupt_continues_the_turn(alice_client: Any, alice_scope: Any) -> None:
+    """One approval answered by a partial batch, the other cancelled on its own: the cancel is the last settlement.
+
+    Before: the cancel endpoint never drove the turn on, so the turn stayed parked with nothing left to answer.
+    """
+    import uuid
+
+    from agent_persistence.models import Interrupt, Run
+    from tests.api import test_turns as turns
+
+    conversation_id = uuid.uuid4()
+    plan, (first, second) = turns.waiting_turn(alice_scope, conversation_id, questions=2)
+    answered = alice_client.post(turns.url("conversations", conversation_id, "interrupts"),
+                          {"answers": [{"id": str(first), "response": "yes"}]}, format="json")
+    assert answered.status_code == 200 and answered.json()["continued"] is None
+    cancelled = alice_client.post(url("interrupt-cancel", second))
+    assert cancelled.status_code == 200, cancelled.content
+    assert cancelled.json()["status"] == "cancelled"
+    assert Interrupt.objects.get(pk=second).status == "cancelled"
+    turns.wait_until_idle(alice_client, conversation_id)
+    runs = Run.objects.filter(conversation_id=conversation_id).order_by("started_at", "id")
+    assert [run.status for run in runs] == ["completed", "completed"], [(r.pk, r.status) for r in runs]
+    assert runs[0].pk == plan.run_id
+    # Cancelling it again is a repeat: the interrupt as it is, and no second continuation.
+    again = alice_client.post(url("interrupt-cancel", second))
+    assert again.status_code == 200 and Run.objects.filter(conversation_id=conversation_id).count() == 2

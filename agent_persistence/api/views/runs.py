@@ -1,9 +1,10 @@
 """Views of the run lifecycle: a run's subagent runs, the interrupts one run asked, cancelling one interrupt.
 
-Each is one store call. Reads follow the conversation's read rule; cancelling
-is the owner's. Cancelling one interrupt settles that question only: the turn
-that asked goes on once a batch (``POST conversations/<id>/interrupts/``)
-settles the rest, which may cancel entries too.
+Reads follow the conversation's read rule; cancelling is the owner's.
+Cancelling one interrupt settles that question; when it was the last pending
+one of its conversation (the others answered by a partial batch, or
+cancelled), the turn that asked goes on, as after a batch
+(``POST conversations/<id>/interrupts/``) that settles the rest.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ...runtime import loop
+from ...runtime.turns import continue_turn
 from ...stores import interrupt_store, run_store
 from ..schema import extend_schema
 from ..serializers.base import error_responses
 from ..serializers.runs import RunListSerializer
 from ..serializers.turns import INTERRUPT_STATUS_FILTERS, InterruptListSerializer, InterruptSerializer, RunSerializer
 from .base import ScopedAPIView
-from .turns import RUN_ID, EmptyBody, read_body
+from .turns import RUN_ID, EmptyBody, non_atomic, read_body
 
 INTERRUPT_ID = OpenApiParameter(
     "interrupt_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The interrupt's id."
@@ -63,8 +66,9 @@ class RunInterruptsView(ScopedAPIView):
         return Response({"interrupts": InterruptSerializer(interrupts, many=True).data})
 
 
+@non_atomic
 class CancelInterruptView(ScopedAPIView):
-    """Cancel one pending interrupt; cancelling it again returns it as it is."""
+    """Cancel one pending interrupt; cancelling it again returns it as it is. The last one continues the turn."""
 
     @extend_schema(
         tags=TAGS,
@@ -75,10 +79,15 @@ class CancelInterruptView(ScopedAPIView):
         description=(
             "The interrupt becomes cancelled (resolved_at now, response null). 409 already_answered when it was "
             "resolved; 404 interrupt_not_found; 403 conversation_not_owned for a reader of a shared conversation. "
-            "It does not drive the turn on: settle the remaining interrupts with a batch for that."
+            "When it was the last pending interrupt of its conversation, the turn that asked goes on (as after a "
+            "batch that settles the rest); otherwise the turn stays parked until the others are settled."
         ),
     )
     def post(self, request: Request, interrupt_id: str) -> Response:
         read_body(EmptyBody, request)
         interrupt = interrupt_store().cancel(self.scope, interrupt_id)
+        if not interrupt_store().has_pending(interrupt.conversation_id):
+            # The last settlement: an empty batch settles nothing more and continues the parked turn, under the
+            # turn's lock, exactly once (a concurrent last settlement finds the turn already continued).
+            loop.run(continue_turn(self.scope, interrupt.conversation_id, []))
         return Response(InterruptSerializer(interrupt).data)
