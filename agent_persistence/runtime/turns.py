@@ -20,7 +20,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import app_settings
-from ..exceptions import Conflict, ConversationNotOwned
+from ..exceptions import Busy, Conflict, ConversationNotOwned
 from ..scope import Scope
 from ..statuses import TurnState
 from ..stores import conversation_store, run_store, supervision_store, turn_store
@@ -233,13 +233,70 @@ def stop_turn_now(conversation_id: uuid.UUID) -> Any:
     return run
 
 
+#: The error of a turn the reaper closed out because its resumes kept failing (``MAX_RESUME_ATTEMPTS``).
+RESUME_ATTEMPTS_EXHAUSTED = "resume_attempts_exhausted"
+
+
+def failed_resumes(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID) -> int:
+    """Resumes of the turn that ended without a seal, counted from its runs (no column of its own).
+
+    Every takeover of a dead turn records the run it took over as aborted with ``producer_lost``; the
+    first such run is the original producer's death, each later one a resumed producer's (it died,
+    or its seal failed and it stopped). The turn's run open now is dead too (the caller found it so).
+    """
+    runs = run_store().list(scope, conversation_id, message_id=message_id, limit=100).items
+    lost = sum(
+        1 for run in runs
+        if getattr(run, "parent_id", None) is None and (run.error or {}).get("code") == PRODUCER_LOST["code"]
+    )
+    return lost
+
+
+def close_out_exhausted(scope: Scope, conversation_id: uuid.UUID, failures: int) -> bool:
+    """End a turn whose resumes kept failing as errored, with its partial answer and the reason.
+
+    The reason is the run's error (``resume_attempts_exhausted``, shown in the admin and by the API)
+    and a warning in the log. When even the close-out cannot store the answer, the turn is force
+    released (fenced, its runs aborted) so it is never resumed again.
+    """
+    limit = app_settings.MAX_RESUME_ATTEMPTS
+    error = {
+        "code": RESUME_ATTEMPTS_EXHAUSTED,
+        "message": f"The turn was resumed {failures} times and each resume ended without a seal "
+                   f"(MAX_RESUME_ATTEMPTS is {limit}); it was closed out with its partial answer.",
+    }
+    logger.warning(
+        "The turn of conversation %s failed %d resumes (MAX_RESUME_ATTEMPTS %d): closing it out as errored.",
+        conversation_id, failures, limit,
+    )
+    try:
+        return turn_store().close_out(
+            scope, conversation_id, seal=SEALS[Outcome.ERRORED], stop_reason=Outcome.ERRORED.value, error=error,
+            replica=replica_id(),
+        )
+    except Busy:
+        raise
+    except Exception:  # noqa: BLE001 - the answer itself cannot be stored: stop the turn anyway
+        logger.warning("Closing out the turn of conversation %s failed; force releasing it.", conversation_id, exc_info=True)
+        return turn_store().force_release(conversation_id)
+
+
 async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
-    """Resume (in this process) or close out every turn whose producer is dead; returns their conversations."""
+    """Resume (in this process) or close out every turn whose producer is dead; returns their conversations.
+
+    A turn whose resumes have failed ``MAX_RESUME_ATTEMPTS`` times is closed out as errored
+    (``resume_attempts_exhausted``) instead of resumed again, so no turn makes a reaper loop.
+    """
     dead = await turn_store().adead_turns(limit=limit)
     handled = []
+    closed_out = not resume
     for scope, conversation_id, message_id in dead:
         try:
-            if resume:
+            failures = await sync_to_async(failed_resumes)(scope, conversation_id, message_id) if resume else 0
+            if resume and failures >= app_settings.MAX_RESUME_ATTEMPTS:
+                await sync_to_async(close_out_exhausted)(scope, conversation_id, failures)
+                closed_out = True
+            elif resume:
                 await resume_turn(scope, conversation_id, message_id=message_id)
             else:
                 await sync_to_async(close_out_dead_turn)(scope, conversation_id)
@@ -247,7 +304,7 @@ async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
             logger.info("Could not reap the turn of conversation %s", conversation_id, exc_info=True)
             continue
         handled.append(conversation_id)
-    if handled and not resume:
+    if handled and closed_out:
         # The close-outs' seals are queued on this loop's sender: a one-shot command's loop ends next.
         await hooks.flush_announcements()
     return handled
