@@ -314,6 +314,8 @@ async def reap_forever() -> None:
     """The in-process reaper (``REAPER_ENABLED``): resume dead turns here every ``REAPER_INTERVAL``."""
     while True:
         await asyncio.sleep(app_settings.REAPER_INTERVAL)
+        if not app_settings.REAPER_ENABLED:
+            continue  # turned off since it started (settings overridden at run time, e.g. in tests)
         try:
             await reap_dead_turns(resume=True)
         except Exception:  # noqa: BLE001 - keep sweeping through a database outage
