@@ -50,7 +50,7 @@ def test_a_turn_whose_resumes_keep_dying_is_closed_out_after_max_resume_attempts
     scope = Scope(tenant="", user="alice")
     conversation_id = conversation_store().create(scope, agent="scripted").pk
 
-    async def main() -> list[list[uuid.UUID]]:
+    async def main() -> tuple[list[list[uuid.UUID]], uuid.UUID]:
         try:
             handle = await turns.start_turn(scope, conversation_id, content="go")
             await kill_producers()
