@@ -58,7 +58,9 @@ def test_record_only_artifacts_are_read_and_downloaded(alice_client: Any, alice_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cancelling_the_last_pending_interrupt_continues_the_turn(alice_client: Any, alice_scope: Any) -> None:
+def test_cancelling_the_last_pending_interrupt_continues_the_turn(
+    alice_client: Any, alice_scope: Any, drained_producer_loop: None
+) -> None:
     """One approval answered by a partial batch, the other cancelled on its own: the cancel is the last settlement.
 
     Before: the cancel endpoint never drove the turn on, so the turn stayed parked with nothing left to answer.
