@@ -13,6 +13,7 @@
 - E009: a size limit above what the database backend can hold.
 - E010: MCP_SERVERS is not a dict of server name -> dict.
 - E011: the stores of the turn aggregate come from more than one backend family.
+- E013: ON_USER_DELETE is not "erase", "keep" or "refuse".
 
 Deployment checks, run by ``manage.py check --deploy`` only:
 
@@ -428,3 +429,23 @@ def check_blob_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
         )
     return errors
+
+
+# -- user erasure (issue 25) -------------------------------------------------------------------
+
+
+@register(Tags.compatibility)
+def check_on_user_delete(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """E013: ``ON_USER_DELETE`` is not one of "erase", "keep", "refuse"."""
+    from .conf import ON_USER_DELETE_CHOICES
+
+    value = app_settings.raw("ON_USER_DELETE")
+    if value not in ON_USER_DELETE_CHOICES:
+        return [
+            Error(
+                f"{SETTING_NAME}['ON_USER_DELETE'] must be one of {', '.join(map(repr, ON_USER_DELETE_CHOICES))}, not {value!r}.",
+                hint="See docs/howto/erase-and-export-users.md.",
+                id="agent_persistence.E013",
+            )
+        ]
+    return []

@@ -195,3 +195,9 @@ setting_changed.connect(reload_app_settings)
 DEFAULTS["ACTIVITY_STORE"] = "agent_persistence.stores.activities.ActivityStore"
 DEFAULTS["METADATA_STORE"] = "agent_persistence.stores.metadata.MetadataStore"
 IMPORT_STRINGS = IMPORT_STRINGS | {"ACTIVITY_STORE", "METADATA_STORE"}
+
+# What deleting a Django user does to its rows (docs/howto/erase-and-export-users.md):
+# "erase" (every row of the user, in every tenant, goes in the same transaction), "keep"
+# (nothing), or "refuse" (the delete raises ProtectedError and is rolled back while rows remain).
+DEFAULTS["ON_USER_DELETE"] = "erase"
+ON_USER_DELETE_CHOICES = ("erase", "keep", "refuse")
