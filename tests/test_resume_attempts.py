@@ -110,3 +110,6 @@ def test_a_turn_whose_seal_always_fails_stops_being_resumed() -> None:
     assert TurnSupervision.objects.get(pk=conversation_id).status == "errored"
     assert Run.objects.filter(conversation_id=conversation_id, parent__isnull=True).count() == 3
     assert not Run.objects.filter(conversation_id=conversation_id, status="running").exists()
+    # The close-out could not store the answer either, so the turn was force released with the same reason.
+    last = Run.objects.filter(conversation_id=conversation_id, parent__isnull=True).order_by("-started_at", "-id").first()
+    assert last.error["code"] == "resume_attempts_exhausted", last.error

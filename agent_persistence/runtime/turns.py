@@ -278,7 +278,7 @@ def close_out_exhausted(scope: Scope, conversation_id: uuid.UUID, failures: int)
         raise
     except Exception:  # noqa: BLE001 - the answer itself cannot be stored: stop the turn anyway
         logger.warning("Closing out the turn of conversation %s failed; force releasing it.", conversation_id, exc_info=True)
-        return turn_store().force_release(conversation_id)
+        return turn_store().force_release(conversation_id, error=error)
 
 
 async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:

@@ -198,8 +198,12 @@ class TurnStoreProtocol(Protocol):
         """
         ...
 
-    def force_release(self, conversation_id: Any) -> bool:
-        """Operator action: end the running turn as errored and fence its producer; False when none runs."""
+    def force_release(self, conversation_id: Any, *, error: dict[str, Any] | None = None) -> bool:
+        """Operator action: end the running turn as errored and fence its producer; False when none runs.
+
+        The turn's open runs are aborted with ``error`` (``{"code", "message"}``; default
+        ``force_released``), the reason shown on them in the admin and the API.
+        """
         ...
 
     def read_turn(self, scope: Scope | None, conversation_id: Any) -> TurnView:
@@ -252,7 +256,7 @@ class TurnStoreProtocol(Protocol):
         """Async twin of :meth:`close_out`."""
         ...
 
-    async def aforce_release(self, conversation_id: Any) -> bool:
+    async def aforce_release(self, conversation_id: Any, *, error: dict[str, Any] | None = None) -> bool:
         """Async twin of :meth:`force_release`."""
         ...
 

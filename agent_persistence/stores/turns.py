@@ -576,9 +576,13 @@ class TurnStore:
 
     # -- operators ------------------------------------------------------------------------------
 
-    def force_release(self, conversation_id: Any) -> bool:
-        """End the running turn as errored and fence its producer (epoch + 1); False when none runs."""
+    def force_release(self, conversation_id: Any, *, error: dict[str, Any] | None = None) -> bool:
+        """End the running turn as errored and fence its producer (epoch + 1); False when none runs.
+
+        Its open runs are aborted with ``error`` (default ``force_released``).
+        """
         pk = lookup_id(conversation_id)
+        error = FORCE_RELEASED if error is None else clean_error(error)
         with transaction.atomic():
             row, conversation = lock_turn(pk)
             if row is None or conversation is None or row.status != SupervisionStatus.RUNNING:
@@ -588,7 +592,7 @@ class TurnStore:
             Conversation.objects.filter(pk=pk).update(
                 epoch=conversation.epoch + 1, last_turn_status=LastTurnStatus.ERRORED, updated_at=now
             )
-            finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, FORCE_RELEASED, now)
+            finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, error, now)
         return True
 
     # -- reading --------------------------------------------------------------------------------

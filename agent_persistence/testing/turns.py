@@ -343,6 +343,16 @@ class TurnStoreContract(FamilyContract):
         assert not turns.force_release(plan.conversation_id)
         assert self.begin(turns, plan.conversation_id).epoch == plan.epoch + 2
 
+    def test_force_release_records_the_reason_it_is_given(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        reason = {"code": "resume_attempts_exhausted", "message": "Resumed 3 times."}
+        assert turns.force_release(plan.conversation_id, error=reason)
+        assert self.family.runs.get(OWNER, plan.run_id).error == reason
+        other = self.begin(turns)
+        with pytest.raises(Validation):
+            turns.force_release(other.conversation_id, error={"code": "x"})
+        assert self.run_status(other.run_id) == "running"
+
     # -- reads ----------------------------------------------------------------------------------
 
     def test_read_turn_hides_the_conversation_from_other_scopes(self, turns: Any) -> None:

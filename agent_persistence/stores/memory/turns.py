@@ -396,8 +396,9 @@ class MemoryTurnStore:
 
     # -- operators ------------------------------------------------------------------------------
 
-    def force_release(self, conversation_id: Any) -> bool:
+    def force_release(self, conversation_id: Any, *, error: dict[str, Any] | None = None) -> bool:
         pk = lookup_id(conversation_id)
+        error = FORCE_RELEASED if error is None else clean_error(error)
         with self.db.lock:
             row, conversation = self.db.supervision.get(pk), self.db.conversations.get(pk)
             if row is None or conversation is None or row.status != RUNNING:
@@ -406,7 +407,7 @@ class MemoryTurnStore:
             row.status, row.heartbeat_at = SupervisionStatus.ERRORED.value, now
             conversation.epoch += 1
             conversation.last_turn_status, conversation.updated_at = LastTurnStatus.ERRORED, now
-            self._finish(self._runs_of_turn(pk, row.message_id), RunStatus.ABORTED, FORCE_RELEASED, now)
+            self._finish(self._runs_of_turn(pk, row.message_id), RunStatus.ABORTED, error, now)
             return True
 
     # -- reading --------------------------------------------------------------------------------
