@@ -350,7 +350,9 @@ def export_user(tenant: str | None, user: str, *, account: str | None = None) ->
     "tables": {"<model name>": [row, ...]}}``; a row has every column (binary
     ones as ``{"base64": ...}``) except credentials (OAuth tokens and verifiers).
     A file's row has ``export_path`` (``files/<id>``), a blob's too (``blobs/<id>``):
-    where its bytes are in the export. Read in one repeatable snapshot on PostgreSQL.
+    where its bytes are in the export. The rows are read in one transaction; a user who
+    is still active may write between the reads of two tables, so export an account
+    that is deactivated (or quiet) for an exact copy.
     """
     contents: list[tuple[str, Any]] = []
     tables: dict[str, list[dict[str, Any]]] = {}
