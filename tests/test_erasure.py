@@ -325,3 +325,74 @@ def test_erase_command_refuses_a_running_turn(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="exists"):
         (tmp_path / "x.zip").write_bytes(b"")
         call_command("export_user", str(tmp_path / "x.zip"), tenant="t1", user=ALICE)
+
+
+def test_a_forced_erasure_fences_the_running_producer() -> None:
+    """A real turn (begun through the turn store): refused, then forced; the producer's later writes write nothing."""
+    from agent_persistence.exceptions import Fenced, NotFound
+    from agent_persistence.stores.checkpoints import CheckpointStore
+    from agent_persistence.stores.turns import TurnStore
+    from agent_persistence.testing.turns import AGENTS, COMPLETED, OWNER
+
+    store = TurnStore()
+    plan = store.begin(OWNER, uuid.uuid4(), content="hello", known_agents=AGENTS, agent="helper")
+    with pytest.raises(Conflict) as caught:
+        erase_user(OWNER.tenant, OWNER.user)
+    assert caught.value.code == "turn_running" and caught.value.details["conversation_id"] == str(plan.conversation_id)
+    assert m.Message.objects.filter(conversation_id=plan.conversation_id).count() == 1
+    erase_user(OWNER.tenant, OWNER.user, force=True)
+    sealed = store.seal(OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch,
+                        message={"role": "assistant", "content": "late"}, seal=COMPLETED, stop_reason="completed")
+    assert sealed is False
+    with pytest.raises((Fenced, NotFound)):
+        CheckpointStore().save(plan.conversation_id, {"k": 1}, epoch=plan.epoch, message_id=plan.message_id)
+    assert not any(rows.exists() for rows in user_rows(OWNER.tenant, OWNER.user).values())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_erasure_waits_for_a_producer_mid_write_in_the_lock_order() -> None:
+    """A producer holds its fence (supervision row) and then takes the conversation row to append:
+    the erasure, which takes the same rows in the same order, waits for it instead of deadlocking,
+    and deletes what it appended."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from agent_persistence.stores.fencing import fence
+    from agent_persistence.stores.turns import TurnStore
+    from agent_persistence.testing.turns import AGENTS, OWNER
+
+    plan = TurnStore().begin(OWNER, uuid.uuid4(), content="hello", known_agents=AGENTS, agent="helper")
+    holding, go_on = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def producer() -> None:
+        try:
+            with transaction.atomic():
+                fence(plan.conversation_id, plan.epoch)
+                holding.set()
+                go_on.wait(5)
+                conversation = m.Conversation.objects.select_for_update().get(pk=plan.conversation_id)
+                m.Event.objects.create(conversation=conversation, seq=conversation.last_event_seq + 1, type="late")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+        finally:
+            from django.db import connection as own
+
+            own.close()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    assert holding.wait(5)
+    erased: list[dict[str, int]] = []
+    eraser = threading.Thread(target=lambda: (erased.append(erase_user(OWNER.tenant, OWNER.user, force=True)), connection.close()))
+    eraser.start()
+    eraser.join(0.5)
+    if connection.vendor == "postgresql":
+        assert eraser.is_alive()  # waiting for the producer's supervision row lock
+    go_on.set()
+    thread.join(10)
+    eraser.join(10)
+    assert failures == [] and not eraser.is_alive() and erased
+    assert erased[0]["agent_persistence.Event"] >= 1  # the producer's late event went too
+    assert not any(rows.exists() for rows in user_rows(OWNER.tenant, OWNER.user).values())
