@@ -235,10 +235,14 @@ def erase_user(tenant: str | None, user: str, *, account: str | None = None, for
     force = _clean_flag(force)
     deleted: dict[str, int] = {}
     with transaction.atomic():
-        rows = user_rows(tenant, user, account=account)
-        conversation_ids = list(rows[Conversation].values_list("pk", flat=True))
-        _lock_conversations(conversation_ids, force=force)
-        rows = user_rows(tenant, user, account=account)  # again, under the locks
+        locked: set[uuid.UUID] = set()
+        while True:  # until no conversation of the user appeared meanwhile (each one is locked)
+            rows = user_rows(tenant, user, account=account)
+            appeared = set(rows[Conversation].values_list("pk", flat=True)) - locked
+            if not appeared:
+                break
+            _lock_conversations(list(appeared), force=force)
+            locked |= appeared
         # Roots first: their cascades (and the file/blob/artifact receivers) take the rest.
         for model in (GraphWrite, GraphBlob, GraphCheckpoint, Conversation, GenerationRun, Artifact, Task, Blob,
                       MetadataEntry, Lease, WebsocketTicket, McpIntegration):

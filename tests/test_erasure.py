@@ -396,3 +396,39 @@ def test_erasure_waits_for_a_producer_mid_write_in_the_lock_order() -> None:
     assert failures == [] and not eraser.is_alive() and erased
     assert erased[0]["agent_persistence.Event"] >= 1  # the producer's late event went too
     assert not any(rows.exists() for rows in user_rows(OWNER.tenant, OWNER.user).values())
+
+
+@pytest.mark.e2e
+def test_the_commands_in_a_real_project_answer_errors_in_one_line(tmp_path: Path) -> None:
+    """manage.py of the example project (its own SQLite database): export, errors with no traceback, erase."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "example_project.settings",
+           "PYTHONPATH": str(root)}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=root, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    for command in (["migrate", "-v0"], ["demo_user"]):
+        assert manage(*command).returncode == 0
+    done = manage("export_user", "demo", str(tmp_path / "demo.zip"))
+    assert done.returncode == 0 and "Exported" in done.stdout, done.stderr
+    assert "export.json" in zipfile.ZipFile(tmp_path / "demo.zip").namelist()
+    for args, expected in (
+        (["erase_user", "nobody", "--yes"], "CommandError: No user 'nobody'"),
+        (["erase_user", "demo"], "pass --yes"),
+        (["export_user", "demo", str(tmp_path / "demo.zip")], "CommandError: export_exists"),
+        (["export_user", "demo", str(tmp_path / "no" / "such" / "x.zip")], "CommandError: Could not write the export"),
+        (["erase_user", "--user", "x" * 300, "--yes"], "CommandError: invalid_scope"),
+    ):
+        failed = manage(*args)
+        assert failed.returncode != 0 and expected in failed.stderr and "Traceback" not in failed.stderr, (args, failed.stderr)
+        assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+    erased = manage("erase_user", "demo", "--yes")
+    assert erased.returncode == 0 and erased.stdout.startswith("Erased"), erased.stderr
