@@ -13,6 +13,8 @@
 - E009: a size limit above what the database backend can hold.
 - E010: MCP_SERVERS is not a dict of server name -> dict.
 - E011: the stores of the turn aggregate come from more than one backend family.
+- E012: PERMISSION_CLASSES, AUTHENTICATION_CLASSES, THROTTLE_CLASSES or SERIALIZERS is malformed
+  or names something that does not import (or, for SERIALIZERS, an unknown resource or no serializer).
 - E013: ON_USER_DELETE is not "erase", "keep" or "refuse".
 
 Deployment checks, run by ``manage.py check --deploy`` only:
@@ -449,3 +451,59 @@ def check_on_user_delete(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
         ]
     return []
+
+
+#: The API's class-list settings, and whether None (the host's REST_FRAMEWORK default) is allowed.
+API_CLASS_LISTS = {"PERMISSION_CLASSES": False, "AUTHENTICATION_CLASSES": True, "THROTTLE_CLASSES": True}
+
+
+def _imported(key: str, value: Any) -> tuple[Any, str | None]:
+    """(the class, None) for an import string or a class; (None, why) otherwise."""
+    if isinstance(value, type):
+        return value, None
+    if not isinstance(value, str):
+        return None, f"{SETTING_NAME}[{key!r}] holds {value!r}, which is not an import string."
+    try:
+        return import_string(value), None
+    except ImportError as exc:
+        return None, f"{SETTING_NAME}[{key!r}]: {value!r} does not import: {exc}"
+
+
+@register(Tags.compatibility)
+def check_api_extension_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """E012 for the DRF extension points of the API (docs/howto/customize-the-api.md)."""
+    from rest_framework.serializers import BaseSerializer
+
+    from .conf import SERIALIZER_RESOURCES
+
+    errors: list[Any] = []
+    for key, none_allowed in API_CLASS_LISTS.items():
+        value = app_settings.raw(key)
+        if value is None and none_allowed:
+            continue
+        if not isinstance(value, (list, tuple)):
+            allowed = "a list of import strings, or None for the host's REST_FRAMEWORK default" if none_allowed else "a list of import strings"
+            errors.append(Error(f"{SETTING_NAME}[{key!r}] must be {allowed}, not {value!r}.", id="agent_persistence.E012"))
+            continue
+        for item in value:
+            _, why = _imported(key, item)
+            if why:
+                errors.append(Error(why, id="agent_persistence.E012"))
+    serializers = app_settings.raw("SERIALIZERS")
+    if not isinstance(serializers, dict):
+        return [*errors, Error(f"{SETTING_NAME}['SERIALIZERS'] must be a dict of resource name -> import string.",
+                               id="agent_persistence.E012")]
+    for resource, path in serializers.items():
+        if resource not in SERIALIZER_RESOURCES:
+            errors.append(
+                Error(f"{SETTING_NAME}['SERIALIZERS'] names the unknown resource {resource!r}.",
+                      hint=f"The resources are: {', '.join(sorted(SERIALIZER_RESOURCES))}.", id="agent_persistence.E012")
+            )
+            continue
+        serializer, why = _imported("SERIALIZERS", path)
+        if why:
+            errors.append(Error(why, id="agent_persistence.E012"))
+        elif not (isinstance(serializer, type) and issubclass(serializer, BaseSerializer)):
+            errors.append(Error(f"{SETTING_NAME}['SERIALIZERS'][{resource!r}] is not a DRF serializer class.",
+                                id="agent_persistence.E012"))
+    return errors

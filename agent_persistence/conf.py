@@ -162,6 +162,10 @@ class AppSettings:
         value = self.user_settings.get(name, self.defaults[name])
         if name in IMPORT_STRINGS and isinstance(value, str):
             value = import_string(value)
+        elif name in IMPORT_STRING_LISTS and value is not None:
+            value = [import_string(item) if isinstance(item, str) else item for item in value]
+        elif name in IMPORT_STRING_DICTS:
+            value = {key: import_string(item) if isinstance(item, str) else item for key, item in value.items()}
         self._cached.add(name)
         setattr(self, name, value)
         return value
@@ -201,3 +205,20 @@ IMPORT_STRINGS = IMPORT_STRINGS | {"ACTIVITY_STORE", "METADATA_STORE"}
 # (nothing), or "refuse" (the delete raises ProtectedError and is rolled back while rows remain).
 DEFAULTS["ON_USER_DELETE"] = "erase"
 ON_USER_DELETE_CHOICES = ("erase", "keep", "refuse")
+
+# The DRF extension points of the API (docs/howto/customize-the-api.md). Each list holds import
+# strings (or classes). PERMISSION_CLASSES are checked after HasScope, which every scoped view
+# checks first whatever is configured; None for AUTHENTICATION_CLASSES / THROTTLE_CLASSES keeps
+# the host's REST_FRAMEWORK defaults. SERIALIZERS maps a resource name (SERIALIZER_RESOURCES) to
+# the serializer that renders it.
+DEFAULTS["PERMISSION_CLASSES"] = []
+DEFAULTS["AUTHENTICATION_CLASSES"] = None
+DEFAULTS["THROTTLE_CLASSES"] = None
+DEFAULTS["SERIALIZERS"] = {}
+IMPORT_STRING_LISTS = frozenset({"PERMISSION_CLASSES", "AUTHENTICATION_CLASSES", "THROTTLE_CLASSES"})
+IMPORT_STRING_DICTS = frozenset({"SERIALIZERS"})
+#: The resources whose serializer SERIALIZERS may replace, and the built-in serializer of each.
+SERIALIZER_RESOURCES = {
+    "conversation": "agent_persistence.api.serializers.conversations.ConversationSerializer",
+    "message": "agent_persistence.api.serializers.conversations.MessageSerializer",
+}

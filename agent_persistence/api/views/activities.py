@@ -26,10 +26,9 @@ from ..serializers.activities import (
     SubagentCardSerializer,
 )
 from ..serializers.base import error_responses
-from ..serializers.conversations import ConversationSerializer, MessageSerializer
 from ..serializers.turns import InterruptSerializer
 from .base import ScopedAPIView
-from .conversations import READ_ERRORS, WRITE_ERRORS, text_param, validated
+from .conversations import READ_ERRORS, WRITE_ERRORS, conversation_body, message_body, text_param, validated
 
 CONVERSATION_ID = OpenApiParameter(
     "conversation_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The conversation's id."
@@ -83,8 +82,8 @@ def reconstruction_body(rebuilt: Reconstruction) -> dict[str, Any]:
             "recording": {"index": record["index"], "message": record["message"]} if record else None,
         }
     return {
-        "conversation": ConversationSerializer(rebuilt.conversation).data,
-        "messages": page_body(rebuilt.messages, lambda message: MessageSerializer(message).data),
+        "conversation": conversation_body(rebuilt.conversation),
+        "messages": page_body(rebuilt.messages, message_body),
         "activities": ActivitySerializer(rebuilt.activities, many=True).data,
         "subagents": SubagentCardSerializer(rebuilt.subagents, many=True).data,
         "interrupts": InterruptSerializer(rebuilt.interrupts, many=True).data,

@@ -36,7 +36,7 @@ from ..serializers.conversations import (
     MessageSerializer,
     MessageUpdateInputSerializer,
 )
-from .base import ScopedAPIView
+from .base import ScopedAPIView, resource_body
 
 # -- input helpers (shared by the files and tasks views) ----------------------------------------
 
@@ -110,8 +110,8 @@ WRITE_ERRORS = (400, 401, 403, 404, 413, 415)
 # -- conversations ----------------------------------------------------------------------------
 
 
-conversation_body = representation(ConversationSerializer)
-message_body = representation(MessageSerializer)
+conversation_body = resource_body("conversation", ConversationSerializer)
+message_body = resource_body("message", MessageSerializer)
 event_body = representation(EventSerializer)
 
 

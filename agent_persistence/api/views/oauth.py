@@ -116,6 +116,7 @@ class CallbackView(OAuthServerErrorMixin, ScopedAPIView):
     an unguessable, single-use secret bound to the user who started it).
     """
 
+    scoped = False  # no PERMISSION_CLASSES / AUTHENTICATION_CLASSES / THROTTLE_CLASSES: the browser comes back anonymous
     permission_classes = [AllowAny]
     authentication_classes: list[Any] = []
 

@@ -88,6 +88,9 @@ class EmptyBody(StrictSerializer):
 class StartTurnView(ScopedAPIView):
     """Start a turn: the user's message is stored and a producer answers it on this server."""
 
+    # DRF's ScopedRateThrottle limits this view at REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'][throttle_scope].
+    throttle_scope = "agent_persistence.turn_start"
+
     @extend_schema(
         tags=TAGS,
         operation_id="turns_start",
