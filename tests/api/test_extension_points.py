@@ -274,3 +274,28 @@ def test_the_defaults_and_the_howto_settings_pass_the_checks(settings: Any) -> N
                                   "AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
                                   "SERIALIZERS": {"conversation": "agent_persistence.api.serializers.conversations.ConversationSerializer"}}
     assert check_api_extension_settings() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_howto_throttle_subclass_limits_only_turn_starts(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, myproject: Path, drained_producer_loop: None,
+    alice_user: Any, client_for: Callable[[Any], APIClient]
+) -> None:
+    (myproject / "throttle_urls.py").write_text(
+        "from django.urls import include, path\n\n"
+        "from myproject.throttles import StartTurnView\n\n"
+        "urlpatterns = [\n"
+        '    path("api/conversations/<str:conversation_id>/turns/", StartTurnView.as_view(), name="turn-start"),\n'
+        '    path("api/", include("agent_persistence.api.urls")),\n'
+        "]\n"
+    )
+    settings.ROOT_URLCONF = "myproject.throttle_urls"
+    settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"turn_starts": "5/hour"}}  # the rate the page's comment gives
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", api_settings.DEFAULT_THROTTLE_RATES)
+    cache.clear()
+    alice = client_for(alice_user)
+    statuses = [alice.post(f"/api/conversations/{uuid.uuid4()}/turns/", {"content": "hi", "agent": "echo"}, format="json").status_code
+                for _ in range(6)]
+    assert statuses == [202] * 5 + [429]
+    assert all(alice.get("/api/conversations/").status_code == 200 for _ in range(6))  # THROTTLE_CLASSES is None
+    cache.clear()
