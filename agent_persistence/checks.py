@@ -16,6 +16,8 @@
 - E012: PERMISSION_CLASSES, AUTHENTICATION_CLASSES, THROTTLE_CLASSES or SERIALIZERS is malformed
   or names something that does not import (or, for SERIALIZERS, an unknown resource or no serializer).
 - E013: ON_USER_DELETE is not "erase", "keep" or "refuse".
+- W003: ON_USER_DELETE is "erase" by default while SCOPE_RESOLVER is a project's own (a deleted
+  user's pk may not be the scope's user string).
 
 Deployment checks, run by ``manage.py check --deploy`` only:
 
@@ -448,6 +450,18 @@ def check_on_user_delete(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 f"{SETTING_NAME}['ON_USER_DELETE'] must be one of {', '.join(map(repr, ON_USER_DELETE_CHOICES))}, not {value!r}.",
                 hint="See docs/howto/erase-and-export-users.md.",
                 id="agent_persistence.E013",
+            )
+        ]
+    resolver = app_settings.raw("SCOPE_RESOLVER")
+    if "ON_USER_DELETE" not in app_settings.user_settings and resolver != app_settings.defaults["SCOPE_RESOLVER"]:
+        # W003: the receiver erases the rows of str(user.pk), which a project's own resolver may map to another principal.
+        return [
+            Warning(
+                f"{SETTING_NAME}['ON_USER_DELETE'] is \"erase\" by default, and SCOPE_RESOLVER is your own: deleting a "
+                "Django user erases every row whose scope user is str(user.pk), which your resolver may not use.",
+                hint='Set ON_USER_DELETE to "erase" if the scope user is str(user.pk), or to "keep" and call '
+                     "agent_persistence.erasure.erase_user yourself. See docs/howto/erase-and-export-users.md.",
+                id="agent_persistence.W003",
             )
         ]
     return []

@@ -278,6 +278,13 @@ def test_on_user_delete_check() -> None:
     with override_settings(AGENT_PERSISTENCE={"ON_USER_DELETE": "delete"}):
         [error] = check_on_user_delete()
         assert error.id == "agent_persistence.E013"
+    own = "tests.api.conftest.scope_from_user_names"
+    with override_settings(AGENT_PERSISTENCE={"SCOPE_RESOLVER": own}):
+        [warning] = check_on_user_delete()  # "erase" by default, but the scope user may not be str(user.pk)
+        assert warning.id == "agent_persistence.W003"
+    for chosen in ("erase", "keep"):
+        with override_settings(AGENT_PERSISTENCE={"SCOPE_RESOLVER": own, "ON_USER_DELETE": chosen}):
+            assert check_on_user_delete() == []
 
 
 # -- the commands ------------------------------------------------------------------------------
