@@ -89,8 +89,9 @@ def test_a_turn_whose_seal_always_fails_stops_being_resumed() -> None:
     async def main() -> list[list[uuid.UUID]]:
         try:
             plan = await sync_to_async(turns.begin_turn)(scope, conversation_id, content="go", message_id=message_id)
-            # Taken between the start's check and the seal: the seal of every run fails with a Conflict.
-            await sync_to_async(turns.begin_turn)(other, other_id, content="mine", user_message_id=message_id)
+            # Taken between the start's check and the seal (a turn start refuses the id; an append of a message
+            # under it does not check runs): the seal of every run fails with a Conflict.
+            await sync_to_async(conversation_store().append_message)(other, other_id, role="user", content="mine", id=message_id)
             handle = turns.launch(plan)
             await asyncio.gather(handle.task, return_exceptions=True)
             sweeps = []

@@ -40,7 +40,8 @@ class Run(models.Model):
             models.Index(fields=["conversation", "status", "-started_at"], name="ap_run_conv_status"),
             # RunStore.list: a conversation's runs in (started_at, id) order, and its keyset cursors.
             models.Index(fields=["conversation", "-started_at", "-id"], name="ap_run_conv_started"),
-            models.Index(fields=["conversation", "message_id"], name="ap_run_conv_turn"),
+            # A turn's runs (conversation and message_id), and whether any run answers under a message id.
+            models.Index(fields=["message_id", "conversation"], name="ap_run_turn"),
             # RunStore.list_reclaimable: running runs nobody follows, by how long.
             models.Index(
                 fields=["detached_since"],

@@ -247,8 +247,15 @@ class TurnStore:
         agents = clean_known_agents(known_agents)
         wanted_agent = None if agent is None else clean_agent(agent)
         user_message = clean_message(role=Role.USER, content=content, id=user_message_id, metadata=metadata)
-        if not fresh and (message_id == user_message.id or Message.objects.filter(pk=message_id).exists()):
+        if not fresh and (
+            message_id == user_message.id
+            or Message.objects.filter(pk=message_id).exists()
+            or Run.objects.filter(message_id=message_id).exists()  # a turn answering under it, in any conversation
+        ):
             # The answer could never be stored under a taken id: refuse before anything runs.
+            raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
+        if user_message_id is not None and Run.objects.filter(message_id=user_message.id).exists():
+            # A running turn's answer will be stored under that id: the question may not take it first.
             raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
         replica = clean_replica(replica)
         run_id = uuid7()

@@ -182,6 +182,20 @@ class TurnStoreContract(FamilyContract):
         assert len(self.messages(plan.conversation_id)) == 2
         assert turns.read_turn(OWNER, plan.conversation_id).epoch == plan.epoch
 
+    def test_begin_under_the_answer_id_of_a_turn_running_elsewhere_is_message_exists(self, turns: Any) -> None:
+        """No answer is written yet, but a run answers under that id: two seals under one id would lose one answer."""
+        running = self.begin(turns)
+        other = uuid.uuid4()
+        with pytest.raises(Conflict) as refused:
+            self.begin(turns, other, content="mine", message_id=running.message_id)
+        assert refused.value.code == "message_exists"
+        with pytest.raises(NotFound):
+            self.family.conversations.get(OWNER, other)
+        with pytest.raises(Conflict) as refused:  # nor may a question take the id the running answer will have
+            self.begin(turns, other, content="mine", user_message_id=running.message_id)
+        assert refused.value.code == "message_exists"
+        assert self.seal(turns, running)
+
     # -- seal -----------------------------------------------------------------------------------
 
     def test_seal_writes_the_answer_the_run_the_row_the_conversation_and_the_event(self, turns: Any) -> None:

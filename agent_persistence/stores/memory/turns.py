@@ -145,7 +145,13 @@ class MemoryTurnStore:
         replica = clean_replica(replica)
         run_id = uuid7()
         with self.db.lock:
-            if not fresh and (message_id == user_message.id or message_id in self.db.messages):
+            if not fresh and (
+                message_id == user_message.id
+                or message_id in self.db.messages
+                or any(run.message_id == message_id for run in self.db.runs.values())
+            ):
+                raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
+            if user_message_id is not None and any(run.message_id == user_message.id for run in self.db.runs.values()):
                 raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
             now = timezone.now()
             conversation = self.db.conversations.get(pk)
