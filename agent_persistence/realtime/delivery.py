@@ -169,6 +169,11 @@ class GroupSender:
     characters). Each message carries this sender's id and a ``sequence`` that
     grows by one per message, so a relay that misses one knows it. A seal is
     also sent to its conversation's group, after the batch that holds it.
+
+    ``enqueued`` and ``flushed`` count the updates put (:meth:`put`) and the
+    updates whose flush is over (sent or failed); both grow in queue order, so
+    :meth:`drained` waits for a watermark, not for an empty queue, which a loop
+    with other producers streaming never has.
     """
 
     #: Producers whose published length is remembered (oldest forgotten first).
@@ -180,7 +185,15 @@ class GroupSender:
         self.trouble = LayerTrouble("The group sender")
         self.sender_id = uuid.uuid4().hex
         self.sequence = 0
+        self.enqueued = 0
+        self.flushed = 0
+        self.progress = asyncio.Event()  # set, and replaced, after each flush
         self.task = asyncio.get_running_loop().create_task(self._send_forever(), name="agent_persistence.group_sender")
+
+    def put(self, item: tuple[str, dict[str, Any]]) -> None:
+        """Queue one update (a group and its message) for the next flush; on the sender's loop."""
+        self.queue.put_nowait(item)
+        self.enqueued += 1
 
     def increment(self, update: hooks.StreamUpdate) -> tuple[int, str]:
         """The text added since this producer's previous update, and where it starts."""
@@ -205,6 +218,9 @@ class GroupSender:
             finally:
                 for _ in batch:
                     self.queue.task_done()
+                self.flushed += len(batch)
+                progress, self.progress = self.progress, asyncio.Event()
+                progress.set()
             for message, _ in failures:
                 self.forget(message)
             if failures:  # followers elsewhere fill what is lost from the recording
@@ -231,8 +247,10 @@ class GroupSender:
         return failures
 
     async def drained(self) -> None:
-        """Return once everything queued so far has been sent (or failed)."""
-        await self.queue.join()
+        """Return once everything queued so far has been sent (or failed); what is queued later is not waited for."""
+        target = self.enqueued
+        while self.flushed < target and not self.task.done():
+            await self.progress.wait()
 
     def forget(self, message: dict[str, Any]) -> None:
         """A message was lost: the producer's next one carries its whole text (from offset 0),
@@ -569,7 +587,7 @@ def on_stream(update: hooks.StreamUpdate) -> None:
     if layer_spans_processes():
         current = group_sender()
         offset, text = current.increment(update)
-        current.queue.put_nowait(
+        current.put(
             (conversation_group(update.conversation_id), group_message(update.conversation_id, delta_payload(update, offset, text)))
         )
 
@@ -579,9 +597,7 @@ def on_activity(update: hooks.ActivityUpdate) -> None:
     payload = {"kind": "activity", "epoch": update.epoch, "activity": update.activity}
     hub.publish(update.conversation_id, payload)
     if layer_spans_processes():
-        group_sender().queue.put_nowait(
-            (conversation_group(update.conversation_id), group_message(update.conversation_id, payload))
-        )
+        group_sender().put((conversation_group(update.conversation_id), group_message(update.conversation_id, payload)))
 
 
 def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID, **kwargs: Any) -> None:
@@ -602,7 +618,7 @@ def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_
     loop = _calling_loop()
     try:
         if loop is not None:
-            loop.call_soon_threadsafe(lambda: group_sender().queue.put_nowait(message))
+            loop.call_soon_threadsafe(lambda: group_sender().put(message))
         else:  # plain sync code (a management command): send it now
             async_to_sync(send_now)(*message)
     except Exception:  # noqa: BLE001 - followers elsewhere see the seal when they next read the turn
