@@ -446,9 +446,10 @@ def clean_thread_tag(value: Any) -> int | str | None:
 def thread_tag(conversation: Any) -> str:
     """The thread's entity tag, ``"<version>.<next_position>.<updated_at in µs>"``.
 
-    Every message write stamps the conversation's ``updated_at`` and an append
-    or a seal moves ``next_position``, so the tag changes with every append,
-    seal, message edit or delete and thread save (and every conversation update).
+    Every message write stamps the conversation's ``updated_at`` (an append, a
+    seal, a thread save, and ``update_message`` / ``delete_message`` too) and an
+    append or a seal moves ``next_position``, so the tag changes with every one
+    of them (and every conversation update).
     """
     updated = conversation.updated_at
     return f'"{conversation.version}.{conversation.next_position}.{int(updated.timestamp() * 1_000_000)}"'
@@ -808,7 +809,11 @@ class ConversationStore:
     def update_message(
         self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = UNSET, metadata: Any = UNSET
     ) -> Message:
-        """Replace the message's content and/or metadata; moves only its ``updated_at``. Owner only."""
+        """Replace the message's content and/or metadata; moves its and the conversation's ``updated_at``. Owner only.
+
+        The conversation's ``updated_at`` moves so that its thread tag (If-Match of a save) changes;
+        its row is locked first, in the order of a save (conversation, then messages).
+        """
         check_scope(scope)
         pk = lookup_id(conversation_id)
         changes: dict[str, Any] = {}
@@ -816,8 +821,10 @@ class ConversationStore:
             changes["content"] = clean_json(content, "content")
         if metadata is not UNSET:
             changes["metadata"] = clean_object(metadata, "metadata")
+        now = timezone.now()
         with transaction.atomic():
             writable_conversation(scope, pk)
+            Conversation.objects.filter(pk=pk).update(updated_at=now)
             message_pk = lookup_id(message_id, "message")
             tool_calls = (
                 Message.objects.select_for_update()
@@ -827,19 +834,18 @@ class ConversationStore:
             )
             if "content" in changes:
                 check_message_size(changes["content"], tool_calls)
-            updated = Message.objects.filter(pk=message_pk, conversation_id=pk).update(
-                **changes, updated_at=timezone.now()
-            )
+            updated = Message.objects.filter(pk=message_pk, conversation_id=pk).update(**changes, updated_at=now)
             if not updated:
                 raise NotFound("No such message.")
             return Message.objects.get(pk=message_pk)
 
     def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
-        """Delete one message; its files stay, detached from it. Owner only."""
+        """Delete one message; its files stay, detached from it. Moves the conversation's ``updated_at``. Owner only."""
         check_scope(scope)
         pk = lookup_id(conversation_id)
         with transaction.atomic():
             writable_conversation(scope, pk)
+            Conversation.objects.filter(pk=pk).update(updated_at=timezone.now())  # the thread tag moves
             deleted, _ = Message.objects.filter(pk=lookup_id(message_id, "message"), conversation_id=pk).delete()
             if not deleted:
                 raise NotFound("No such message.")
@@ -850,8 +856,8 @@ class ConversationStore:
     ) -> list[Message]:
         """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript.
 
-        ``if_match`` (a conversation version, or a ``(version, next_position)`` thread tag) makes the
-        save conditional: PreconditionFailed when the stored conversation is elsewhere.
+        ``if_match`` (a conversation version, or a :func:`thread_tag`) makes the save conditional:
+        PreconditionFailed when the stored conversation is elsewhere.
         """
         return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True, if_match=if_match)
 

@@ -26,10 +26,11 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from ..conf import app_settings
-from ..exceptions import Conflict, ConversationNotOwned, NotFound, StorageLimit, Validation
+from ..exceptions import Conflict, ConversationNotOwned, NotFound, PreconditionFailed, StorageLimit, Validation
 from ..ids import uuid7
 from ..models import Conversation, Message
 from ..scope import Scope
+from ..stores.conversations import thread_tag
 from .actors import ALICE, BOB, MALLORY
 from .concurrency import run_in_threads
 from .family import FamilyContract, count_conversations, frozen_clock, new_run, record_of
@@ -849,7 +850,9 @@ class ConversationStoreContract(FamilyContract):
 
     # -- update_message, delete_message ---------------------------------------------------------
 
-    def test_update_message_moves_only_its_updated_at(self, store: Any, conversation: Conversation) -> None:
+    def test_update_message_moves_only_its_and_the_conversations_updated_at(
+        self, store: Any, conversation: Conversation
+    ) -> None:
         with frozen_clock(LONG_AGO):
             appended = [self.append(store, conversation, str(i), metadata={"i": i}) for i in range(3)]
         before_conversation, neighbours = snapshot(store, conversation.id)
@@ -861,6 +864,8 @@ class ConversationStoreContract(FamilyContract):
         assert (metadata_only.content, metadata_only.metadata) == ({"edited": True}, {"seen": 1})
 
         after_conversation, after = snapshot(store, conversation.id)
+        # The conversation's updated_at moves (its thread tag, If-Match of a save, must change); nothing else.
+        assert after_conversation.pop("updated_at") > before_conversation.pop("updated_at")
         assert after_conversation == before_conversation
         assert [row for row in after if row["id"] != appended[1].id] == [
             row for row in neighbours if row["id"] != appended[1].id
@@ -1436,3 +1441,23 @@ class ConversationStoreContract(FamilyContract):
         assert sorted(turns) == sorted(f"{r}{w}" for w in range(writers) for r in "ua")
         assert all(turns[i][1:] == turns[i + 1][1:] for i in range(0, len(turns), 2))  # no turn split by another
         assert [message.position for message in stored] == list(range(3 + 2 * writers))
+
+    # -- the thread tag of If-Match: edits and deletes move it; a save returns the one it saved --------
+
+    @pytest.mark.parametrize("change", ["edit", "delete"])
+    def test_an_edit_or_a_delete_moves_the_thread_tag(self, store: Any, conversation: Conversation, change: str) -> None:
+        m1 = self.append(store, conversation, "m1")
+        m2 = self.append(store, conversation, "m2")
+        tag = thread_tag(store.get(ALICE, conversation.id))
+        stale = [{"id": m.id, "role": m.role, "content": m.content} for m in (m1, m2)]
+        if change == "edit":
+            store.update_message(ALICE, conversation.id, m2.id, content="m2 edited")
+        else:
+            store.delete_message(ALICE, conversation.id, m1.id)
+        assert thread_tag(store.get(ALICE, conversation.id)) != tag
+        before = snapshot(store, conversation.id)
+        for save in (store.replace_messages, store.merge_messages):
+            with pytest.raises(PreconditionFailed) as refused:
+                save(ALICE, conversation.id, stale, if_match=tag)
+            assert refused.value.details["current_tag"] == thread_tag(store.get(ALICE, conversation.id))
+        assert snapshot(store, conversation.id) == before

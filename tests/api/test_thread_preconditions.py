@@ -14,6 +14,8 @@ import pytest
 from django.urls import reverse
 
 from agent_persistence.stores import conversation_store, turn_store
+from agent_persistence.stores.memory.conversations import MemoryConversationStore
+from agent_persistence.stores.memory.database import MemoryDatabase
 from agent_persistence.testing.turns import COMPLETED
 
 pytestmark = pytest.mark.django_db
@@ -96,3 +98,46 @@ def test_an_append_moves_the_thread_tag(alice_client: Any, alice_scope: Any) -> 
     assert alice_client.get(url(conversation.pk))["ETag"] != first
     response = alice_client.put(url(conversation.pk), {"messages": []}, format="json", HTTP_IF_MATCH=first)
     assert response.status_code == 412 and contents(alice_client, conversation.pk) == ["x"]
+
+
+# -- review of 844909d: edits and deletes move the tag; the save's ETag names its body; families agree ----------
+
+FAMILIES = {
+    "orm": "agent_persistence.stores.conversations.ConversationStore",
+    "memory": "tests.api.test_thread_preconditions.FreshMemoryConversationStore",
+}
+
+
+class FreshMemoryConversationStore(MemoryConversationStore):
+    def __init__(self) -> None:
+        super().__init__(MemoryDatabase())
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def family(request: Any, settings: Any) -> str:
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "CONVERSATION_STORE": FAMILIES[request.param]}
+    return request.param
+
+
+@pytest.mark.parametrize("change", ["edit", "delete"])
+@pytest.mark.parametrize("method", ["put", "patch"])
+def test_a_save_read_before_an_edit_or_a_delete_is_412(alice_client: Any, alice_scope: Any, family: str,
+                                                       method: str, change: str) -> None:
+    store = conversation_store()
+    conversation = store.create(alice_scope, agent="echo")
+    m1 = store.append_message(alice_scope, conversation.pk, role="user", content="m1")
+    m2 = store.append_message(alice_scope, conversation.pk, role="assistant", content="m2")
+    read = alice_client.get(url(conversation.pk))
+    stale = {"messages": [{"id": i["id"], "role": i["role"], "content": i["content"]} for i in read.json()["items"]]}
+    if change == "edit":
+        assert alice_client.patch(reverse("agent_persistence:message-detail", args=[conversation.pk, m2.pk]),
+                                  {"content": "m2 edited"}, format="json").status_code == 200
+        after = ["m1", "m2 edited"]
+    else:
+        assert alice_client.delete(reverse("agent_persistence:message-detail",
+                                           args=[conversation.pk, m1.pk])).status_code == 204
+        after = ["m2"]
+    assert alice_client.get(url(conversation.pk))["ETag"] != read["ETag"]
+    response = getattr(alice_client, method)(url(conversation.pk), stale, format="json", HTTP_IF_MATCH=read["ETag"])
+    assert (response.status_code, response.json()["code"]) == (412, "version_mismatch"), response.content
+    assert contents(alice_client, conversation.pk) == after

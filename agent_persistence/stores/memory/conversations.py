@@ -357,21 +357,22 @@ class MemoryConversationStore:
         if metadata is not UNSET:
             changes["metadata"] = clean_object(metadata, "metadata")
         with self.db.lock:
-            self.db.writable_conversation(scope, pk)
+            conversation = self.db.writable_conversation(scope, pk)
             message = self._message_of(pk, message_id)
             if "content" in changes:
                 check_message_size(changes["content"], message.tool_calls)
             for name, value in changes.items():
                 setattr(message, name, value)
-            message.updated_at = timezone.now()
+            message.updated_at = conversation.updated_at = timezone.now()  # as the ORM's: the thread tag moves
             return clone(message)
 
     def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
         check_scope(scope)
         pk = lookup_id(conversation_id)
         with self.db.lock:
-            self.db.writable_conversation(scope, pk)
+            conversation = self.db.writable_conversation(scope, pk)
             self.db.delete_message(self._message_of(pk, message_id).pk)
+            conversation.updated_at = timezone.now()  # as the ORM's: the thread tag moves
 
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
