@@ -468,6 +468,24 @@ def check_thread_tag(expected: int | str | None, conversation: Any) -> None:
     )
 
 
+class SavedThread(list):  # type: ignore[type-arg]
+    """What a thread save returns: the saved transcript (a ``list[Message]``, oldest first) and its ``tag``.
+
+    ``tag`` is :func:`thread_tag` of the conversation as the save left it, read
+    under the save's lock, so it names exactly this transcript: a write
+    committed after the save moves the stored tag away from it.
+    """
+
+    def __init__(self, messages: Iterable[Message], tag: str) -> None:
+        super().__init__(messages)
+        self.tag = tag
+
+
+def saved_tag(pk: uuid.UUID) -> str:
+    """The thread tag of the conversation whose row lock the caller's transaction holds."""
+    return thread_tag(Conversation.objects.only("version", "next_position", "updated_at").get(pk=pk))
+
+
 def same_value(column: str, stored: Any, wanted: Any) -> bool:
     # JSON compares as text: in Python 1 == 1.0 == True, but they are three different JSON values.
     if column in JSON_COLUMNS:
@@ -853,25 +871,26 @@ class ConversationStore:
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
         if_match: Any = None,
-    ) -> list[Message]:
+    ) -> SavedThread:
         """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript.
 
         ``if_match`` (a conversation version, or a :func:`thread_tag`) makes the save conditional:
-        PreconditionFailed when the stored conversation is elsewhere.
+        PreconditionFailed when the stored conversation is elsewhere. The returned
+        :class:`SavedThread` carries the saved thread's ``tag``.
         """
         return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True, if_match=if_match)
 
     def replace_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
         if_match: Any = None,
-    ) -> list[Message]:
-        """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript."""
+    ) -> SavedThread:
+        """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript and its tag."""
         return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False, if_match=if_match)
 
     def _save(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool,
         if_match: Any = None,
-    ) -> list[Message]:
+    ) -> SavedThread:
         check_scope(scope)
         create = clean_flag(create, "create")
         pk = conversation_pk(conversation_id, create=create)
@@ -885,15 +904,18 @@ class ConversationStore:
                     # Nothing to merge: history is never touched, not even updated_at.
                     if create:
                         create_if_absent(scope, pk, agent=agent, title=None, now=now)
-                    check_thread_tag(expected, writable_conversation(scope, pk))
-                    return transcript(pk)
+                    # Locked, so the transcript read next is the one the tag names.
+                    conversation = writable_conversation(scope, pk, for_update=True)
+                    check_thread_tag(expected, conversation)
+                    return SavedThread(transcript(pk), thread_tag(conversation))
                 if expected is not None:
                     # Locked before the claim stamps updated_at: the tag compared is the one a reader saw.
                     check_thread_tag(expected, writable_conversation(scope, pk, for_update=True))
                 claim_conversation(scope, pk, count=0, create=create, agent=agent, title=None, now=now)
                 check_no_running_turn(pk)
                 check_runs(pk, [message.run_id for message in incoming])
-                return save_thread(pk, incoming, merge=merge, now=now)
+                saved = save_thread(pk, incoming, merge=merge, now=now)
+                return SavedThread(saved, saved_tag(pk))
         except IntegrityError:
             raise message_conflict((message.id for message in incoming), merged_into=pk) from None
 

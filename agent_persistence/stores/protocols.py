@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         TurnSupervision,
     )
     from .base import Page
+    from .conversations import SavedThread
     from .events import EventPage, EventSummary
     from .files import Content
     from .leases import LeaseResult
@@ -411,15 +412,19 @@ class ConversationStoreProtocol(Protocol):
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
         if_match: Any = None,
-    ) -> list[Message]:
-        """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript."""
+    ) -> SavedThread:
+        """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript.
+
+        The result is a ``SavedThread``: the transcript (a list of messages) whose ``tag`` is the thread tag
+        of the conversation as the save left it, read under the save's lock.
+        """
         ...
 
     def replace_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
         if_match: Any = None,
-    ) -> list[Message]:
-        """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript."""
+    ) -> SavedThread:
+        """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript and its ``tag``."""
         ...
 
     async def acreate(
@@ -536,14 +541,16 @@ class ConversationStoreProtocol(Protocol):
         ...
 
     async def amerge_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
-    ) -> list[Message]:
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
+    ) -> SavedThread:
         """Async twin of :meth:`merge_messages`."""
         ...
 
     async def areplace_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = ""
-    ) -> list[Message]:
+        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
+        if_match: Any = None,
+    ) -> SavedThread:
         """Async twin of :meth:`replace_messages`."""
         ...
 

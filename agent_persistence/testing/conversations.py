@@ -1461,3 +1461,25 @@ class ConversationStoreContract(FamilyContract):
                 save(ALICE, conversation.id, stale, if_match=tag)
             assert refused.value.details["current_tag"] == thread_tag(store.get(ALICE, conversation.id))
         assert snapshot(store, conversation.id) == before
+
+    def test_a_save_returns_the_tag_of_the_thread_it_saved(self, store: Any, conversation: Conversation) -> None:
+        self.append(store, conversation, "m1")
+        saves = (
+            lambda tag: store.replace_messages(ALICE, conversation.id, [{"role": "user", "content": "x"}], if_match=tag),
+            lambda tag: store.merge_messages(ALICE, conversation.id, [{"role": "user", "content": "y"}], if_match=tag),
+            lambda tag: store.merge_messages(ALICE, conversation.id, [], if_match=tag),
+            lambda tag: store.replace_messages(ALICE, conversation.id, [], if_match=tag),
+        )
+        tag = thread_tag(store.get(ALICE, conversation.id))
+        for save in saves:
+            saved = save(tag)
+            assert saved.tag == thread_tag(store.get(ALICE, conversation.id))
+            assert ids(saved) == ids(store.list_messages(ALICE, conversation.id).items)
+            tag = saved.tag
+        self.append(store, conversation, "appended after the save")
+        assert thread_tag(store.get(ALICE, conversation.id)) != tag
+        with pytest.raises(PreconditionFailed):
+            store.replace_messages(ALICE, conversation.id, [], if_match=tag)
+        assert async_to_sync(store.areplace_messages)(ALICE, conversation.id, []).tag == thread_tag(
+            store.get(ALICE, conversation.id)
+        )

@@ -14,6 +14,7 @@ import pytest
 from django.urls import reverse
 
 from agent_persistence.stores import conversation_store, turn_store
+from agent_persistence.stores.conversations import ConversationStore
 from agent_persistence.stores.memory.conversations import MemoryConversationStore
 from agent_persistence.stores.memory.database import MemoryDatabase
 from agent_persistence.testing.turns import COMPLETED
@@ -113,10 +114,43 @@ class FreshMemoryConversationStore(MemoryConversationStore):
         super().__init__(MemoryDatabase())
 
 
+def append_after_saves(cls: type) -> type:
+    """A real store of the family whose saves are followed, once committed, by another client's append.
+
+    The append is a real, committed write between the save and the answer: what a concurrent
+    client can do at that moment. The answer's ETag must still name the body answered.
+    """
+
+    class AppendsAfterEachSave(cls):  # type: ignore[misc, valid-type]
+        def replace_messages(self, scope: Any, conversation_id: Any, *args: Any, **kwargs: Any) -> Any:
+            saved = super().replace_messages(scope, conversation_id, *args, **kwargs)
+            self.append_message(scope, conversation_id, role="user", content="appended meanwhile")
+            return saved
+
+        def merge_messages(self, scope: Any, conversation_id: Any, *args: Any, **kwargs: Any) -> Any:
+            saved = super().merge_messages(scope, conversation_id, *args, **kwargs)
+            self.append_message(scope, conversation_id, role="user", content="appended meanwhile")
+            return saved
+
+    return AppendsAfterEachSave
+
+
+class OrmAppendsAfterEachSave(append_after_saves(ConversationStore)):  # type: ignore[misc]
+    pass
+
+
+class MemoryAppendsAfterEachSave(append_after_saves(FreshMemoryConversationStore)):  # type: ignore[misc]
+    pass
+
+
 @pytest.fixture(params=sorted(FAMILIES))
 def family(request: Any, settings: Any) -> str:
     settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "CONVERSATION_STORE": FAMILIES[request.param]}
     return request.param
+
+
+def use_store(settings: Any, path: str) -> None:
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "CONVERSATION_STORE": path}
 
 
 @pytest.mark.parametrize("change", ["edit", "delete"])
@@ -141,3 +175,24 @@ def test_a_save_read_before_an_edit_or_a_delete_is_412(alice_client: Any, alice_
     response = getattr(alice_client, method)(url(conversation.pk), stale, format="json", HTTP_IF_MATCH=read["ETag"])
     assert (response.status_code, response.json()["code"]) == (412, "version_mismatch"), response.content
     assert contents(alice_client, conversation.pk) == after
+
+
+@pytest.mark.parametrize("method", ["put", "patch"])
+@pytest.mark.parametrize("store_path", ["tests.api.test_thread_preconditions.OrmAppendsAfterEachSave",
+                                        "tests.api.test_thread_preconditions.MemoryAppendsAfterEachSave"])
+def test_the_etag_of_a_save_names_the_body_answered(alice_client: Any, alice_scope: Any, settings: Any,
+                                                    method: str, store_path: str) -> None:
+    use_store(settings, store_path)
+    conversation = conversation_store().create(alice_scope, agent="echo")
+    body = {"messages": [{"role": "user", "content": "saved"}]}
+    saved = getattr(alice_client, method)(url(conversation.pk), body, format="json")
+    assert saved.status_code == 200, saved.content
+    assert [item["content"] for item in saved.json()["items"]] == ["saved"]
+    # The append committed after the save is not in the body, so the ETag must not cover it either.
+    assert contents(alice_client, conversation.pk) == ["saved", "appended meanwhile"]
+    assert saved["ETag"] != alice_client.get(url(conversation.pk))["ETag"]
+    # So the client's next save, made from that answer, is refused instead of deleting the append.
+    again = {"messages": [{"id": i["id"], "role": i["role"], "content": i["content"]} for i in saved.json()["items"]]}
+    response = getattr(alice_client, method)(url(conversation.pk), again, format="json", HTTP_IF_MATCH=saved["ETag"])
+    assert (response.status_code, response.json()["code"]) == (412, "version_mismatch"), response.content
+    assert contents(alice_client, conversation.pk) == ["saved", "appended meanwhile"]

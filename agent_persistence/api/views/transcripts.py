@@ -31,7 +31,7 @@ from ...conf import app_settings
 from ...exceptions import StorageLimit
 from ...stores import conversation_store
 from ...stores.base import Page, clean_order, clean_paging, clean_with_total
-from ...stores.conversations import thread_tag
+from ...stores.conversations import SavedThread
 from ..pagination import page_body, paging
 from ..schema import extend_schema
 from ..serializers.base import error_responses
@@ -126,7 +126,7 @@ class MessageThreadView(MessageListView):
     def patch(self, request: Request, conversation_id: str) -> Response:
         return self.save_thread(request, conversation_id, conversation_store().merge_messages)
 
-    def save_thread(self, request: Request, conversation_id: str, save: Callable[..., list[Any]]) -> Response:
+    def save_thread(self, request: Request, conversation_id: str, save: Callable[..., SavedThread]) -> Response:
         # Everything the answer needs is checked before the save, so a bad query writes nothing.
         query = paging(request)
         clean_with_total(query["with_total"])  # the saved transcript is in hand, so its page always has its total
@@ -139,5 +139,7 @@ class MessageThreadView(MessageListView):
         transcript = save(self.scope, conversation_id, messages, if_match=if_match, **data)
         page = page_of_transcript(transcript, limit=limit, offset=offset, order=order)
         response = Response(page_body(page, message_body))
-        response["ETag"] = thread_tag(conversation_store().get(self.scope, conversation_id))
+        # The tag the save read under its own lock: it names exactly the transcript answered (a write
+        # committed after the save makes it stale, so a save made with it is 412, never a silent undo).
+        response["ETag"] = transcript.tag
         return response

@@ -37,8 +37,10 @@ from ..base import (
     parse_id,
 )
 from ..conversations import (
+    SavedThread,
     check_thread_tag,
     clean_thread_tag,
+    thread_tag,
     turn_running,
     ID_TAKEN_MESSAGE,
     MessageInput,
@@ -377,19 +379,19 @@ class MemoryConversationStore:
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
         if_match: Any = None,
-    ) -> list[Message]:
+    ) -> SavedThread:
         return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True, if_match=if_match)
 
     def replace_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
         if_match: Any = None,
-    ) -> list[Message]:
+    ) -> SavedThread:
         return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=False, if_match=if_match)
 
     def _save(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any, agent: Any, merge: bool,
         if_match: Any = None,
-    ) -> list[Message]:
+    ) -> SavedThread:
         check_scope(scope)
         create = clean_flag(create, "create")
         pk = conversation_pk(conversation_id, create=create)
@@ -410,10 +412,10 @@ class MemoryConversationStore:
                         raise turn_running(supervision.message_id)
                 self._check_new_messages(pk, incoming, merged_into=True)
             if merge and not incoming:
-                return [clone(row) for row in self._transcript(pk)]
+                return SavedThread([clone(row) for row in self._transcript(pk)], thread_tag(conversation))
             self._save_thread(conversation, incoming, merge=merge, now=now)
             conversation.updated_at = now
-            return [clone(row) for row in self._transcript(pk)]
+            return SavedThread([clone(row) for row in self._transcript(pk)], thread_tag(conversation))
 
     def _save_thread(self, conversation: Conversation, incoming: list[MessageInput], *, merge: bool, now: datetime) -> None:
         """The ORM's ``save_thread``: the transcript becomes the (merged) list, at positions 0 .. n - 1."""
