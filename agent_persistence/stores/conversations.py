@@ -875,8 +875,8 @@ class ConversationStore:
         """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript.
 
         ``if_match`` (a conversation version, or a :func:`thread_tag`) makes the save conditional:
-        PreconditionFailed when the stored conversation is elsewhere. The returned
-        :class:`SavedThread` carries the saved thread's ``tag``.
+        PreconditionFailed when the stored conversation is elsewhere, NotFound when it is absent
+        (even with ``create``). The returned :class:`SavedThread` carries the saved thread's ``tag``.
         """
         return self._save(scope, conversation_id, messages, create=create, agent=agent, merge=True, if_match=if_match)
 
@@ -901,8 +901,9 @@ class ConversationStore:
         try:
             with transaction.atomic():
                 if merge and not incoming:
-                    # Nothing to merge: history is never touched, not even updated_at.
-                    if create:
+                    # Nothing to merge: history is never touched, not even updated_at. A precondition
+                    # names a stored thread: with one, an absent conversation is NotFound, never created.
+                    if create and expected is None:
                         create_if_absent(scope, pk, agent=agent, title=None, now=now)
                     # Locked, so the transcript read next is the one the tag names.
                     conversation = writable_conversation(scope, pk, for_update=True)

@@ -416,7 +416,8 @@ class ConversationStoreProtocol(Protocol):
         """Save a posted transcript with the merge-by-id rule (cutoff, replace, append); the resulting transcript.
 
         The result is a ``SavedThread``: the transcript (a list of messages) whose ``tag`` is the thread tag
-        of the conversation as the save left it, read under the save's lock.
+        of the conversation as the save left it, read under the save's lock. With ``if_match`` the
+        conversation must exist (NotFound, even with ``create``).
         """
         ...
 

@@ -1483,3 +1483,12 @@ class ConversationStoreContract(FamilyContract):
         assert async_to_sync(store.areplace_messages)(ALICE, conversation.id, []).tag == thread_tag(
             store.get(ALICE, conversation.id)
         )
+
+    @pytest.mark.parametrize("if_match", [0, '"0.0.0"'])
+    def test_an_empty_merge_with_if_match_on_an_absent_conversation_is_not_found(self, store: Any, if_match: Any) -> None:
+        absent = uuid7()
+        for save in (store.merge_messages, store.replace_messages):
+            with pytest.raises(NotFound):
+                save(ALICE, absent, [], create=True, if_match=if_match)
+            with pytest.raises(NotFound):
+                store.get(ALICE, absent)

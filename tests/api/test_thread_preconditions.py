@@ -8,6 +8,7 @@ from the thread read before the seal no longer deletes the answer).
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -196,3 +197,12 @@ def test_the_etag_of_a_save_names_the_body_answered(alice_client: Any, alice_sco
     response = getattr(alice_client, method)(url(conversation.pk), again, format="json", HTTP_IF_MATCH=saved["ETag"])
     assert (response.status_code, response.json()["code"]) == (412, "version_mismatch"), response.content
     assert contents(alice_client, conversation.pk) == ["saved", "appended meanwhile"]
+
+
+@pytest.mark.parametrize("if_match", ['"0"', '"0.0.0"'])
+def test_an_empty_patch_with_create_and_if_match_on_an_absent_conversation_is_404(alice_client: Any, family: str,
+                                                                                  if_match: str) -> None:
+    pk = uuid.uuid4()
+    response = alice_client.patch(url(pk), {"messages": [], "create": True}, format="json", HTTP_IF_MATCH=if_match)
+    assert (response.status_code, response.json()["code"]) == (404, "not_found"), response.content
+    assert alice_client.get(url(pk)).status_code == 404
