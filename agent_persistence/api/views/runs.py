@@ -4,19 +4,26 @@ Reads follow the conversation's read rule; cancelling is the owner's.
 Cancelling one interrupt settles that question; when it was the last pending
 one of its conversation (the others answered by a partial batch, or
 cancelled), the turn that asked goes on, as after a batch
-(``POST conversations/<id>/interrupts/``) that settles the rest.
+(``POST conversations/<id>/interrupts/``) that settles the rest: the cancel
+is that batch's one entry (``{"id", "status": "cancelled"}``), committed with
+the turn's continuation in one transaction. A repeat cancel moves nothing and
+continues nothing (a dead turn stays the reaper's).
 """
 
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ...models import InterruptStatus
 from ...runtime import loop
-from ...runtime.turns import continue_turn
+from ...runtime.turns import begin_continuation, continue_turn, launch
 from ...stores import interrupt_store, run_store
+from ...stores.interrupts import is_lapsed
+from ...stores.protocols import Continuation
 from ..schema import extend_schema
 from ..serializers.base import error_responses
 from ..serializers.runs import RunListSerializer
@@ -85,9 +92,30 @@ class CancelInterruptView(ScopedAPIView):
     )
     def post(self, request: Request, interrupt_id: str) -> Response:
         read_body(EmptyBody, request)
-        interrupt = interrupt_store().cancel(self.scope, interrupt_id)
-        if not interrupt_store().has_pending(interrupt.conversation_id):
-            # The last settlement: an empty batch settles nothing more and continues the parked turn, under the
-            # turn's lock, exactly once (a concurrent last settlement finds the turn already continued).
-            loop.run(continue_turn(self.scope, interrupt.conversation_id, []))
-        return Response(InterruptSerializer(interrupt).data)
+        interrupt = interrupt_store().get(self.scope, interrupt_id)
+        if interrupt.status != InterruptStatus.PENDING:
+            # Already settled: a repeat cancel returns it as it is (409 when it was answered) and continues nothing.
+            return Response(InterruptSerializer(interrupt_store().cancel(self.scope, interrupt.pk)).data)
+        if is_lapsed(interrupt, timezone.now()):
+            # A batch refuses a lapsed question (410); cancelling one stays legal. Only the call that moved it
+            # continues the turn.
+            interrupt = interrupt_store().cancel(self.scope, interrupt.pk)
+            if not interrupt_store().has_pending(interrupt.conversation_id):
+                loop.run(continue_turn(self.scope, interrupt.conversation_id, []))
+            return Response(InterruptSerializer(interrupt).data)
+        # A one-entry batch: the cancel and, when it settles the last question, the turn's continuation commit in
+        # one transaction under the turn's lock. A concurrent cancel that got there first makes this entry a
+        # repeat, which writes nothing and finds the turn already continued.
+        # Committed here, on the request's connection, as the store's cancel was; only a claimed turn goes to the loop.
+        continuation = begin_continuation(
+            self.scope, interrupt.conversation_id, [{"id": str(interrupt.pk), "status": "cancelled"}]
+        )
+        if continuation.plan is not None:
+            loop.run(drive(continuation))
+        return Response(InterruptSerializer(continuation.interrupts[0]).data)
+
+
+async def drive(continuation: Continuation) -> None:
+    """Start the producer of a continued (or taken over) turn on the producer loop."""
+    assert continuation.plan is not None
+    launch(continuation.plan, took_over=continuation.took_over)
