@@ -35,6 +35,8 @@ class Conversation(models.Model):
     pinned = models.BooleanField(default=False, editable=False)
     epoch = models.PositiveBigIntegerField(default=0, editable=False)
     next_position = models.PositiveBigIntegerField(default=0, editable=False)
+    # Moved by every message edit and delete (which leave updated_at alone): part of the thread's If-Match tag.
+    thread_revision = models.PositiveBigIntegerField(default=0, db_default=0, editable=False)
     last_event_seq = models.PositiveBigIntegerField(default=0, editable=False)
     event_stop_reason = models.CharField(max_length=64, null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)

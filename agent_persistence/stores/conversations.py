@@ -444,15 +444,19 @@ def clean_thread_tag(value: Any) -> int | str | None:
 
 
 def thread_tag(conversation: Any) -> str:
-    """The thread's entity tag, ``"<version>.<next_position>.<updated_at in µs>"``.
+    """The thread's entity tag, ``"<version>.<next_position>.<updated_at in µs>.<thread_revision>"``.
 
-    Every message write stamps the conversation's ``updated_at`` (an append, a
-    seal, a thread save, and ``update_message`` / ``delete_message`` too) and an
-    append or a seal moves ``next_position``, so the tag changes with every one
-    of them (and every conversation update).
+    An append, a seal and a thread save stamp the conversation's ``updated_at``
+    (and an append or a seal moves ``next_position``); ``update_message`` and
+    ``delete_message`` leave ``updated_at`` alone (an edit is not news of the
+    conversation) and move ``thread_revision``. So the tag changes with every
+    one of them, and every conversation update.
     """
     updated = conversation.updated_at
-    return f'"{conversation.version}.{conversation.next_position}.{int(updated.timestamp() * 1_000_000)}"'
+    return (
+        f'"{conversation.version}.{conversation.next_position}.{int(updated.timestamp() * 1_000_000)}'
+        f'.{conversation.thread_revision}"'
+    )
 
 
 def check_thread_tag(expected: int | str | None, conversation: Any) -> None:
@@ -483,7 +487,7 @@ class SavedThread(list):  # type: ignore[type-arg]
 
 def saved_tag(pk: uuid.UUID) -> str:
     """The thread tag of the conversation whose row lock the caller's transaction holds."""
-    return thread_tag(Conversation.objects.only("version", "next_position", "updated_at").get(pk=pk))
+    return thread_tag(Conversation.objects.only("version", "next_position", "updated_at", "thread_revision").get(pk=pk))
 
 
 def same_value(column: str, stored: Any, wanted: Any) -> bool:
@@ -827,10 +831,10 @@ class ConversationStore:
     def update_message(
         self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = UNSET, metadata: Any = UNSET
     ) -> Message:
-        """Replace the message's content and/or metadata; moves its and the conversation's ``updated_at``. Owner only.
+        """Replace the message's content and/or metadata; moves only its ``updated_at``. Owner only.
 
-        The conversation's ``updated_at`` moves so that its thread tag (If-Match of a save) changes;
-        its row is locked first, in the order of a save (conversation, then messages).
+        The conversation's ``thread_revision`` moves so that its thread tag (If-Match of a save)
+        changes; its row is locked first, in the order of a save (conversation, then messages).
         """
         check_scope(scope)
         pk = lookup_id(conversation_id)
@@ -842,7 +846,7 @@ class ConversationStore:
         now = timezone.now()
         with transaction.atomic():
             writable_conversation(scope, pk)
-            Conversation.objects.filter(pk=pk).update(updated_at=now)
+            Conversation.objects.filter(pk=pk).update(thread_revision=F("thread_revision") + 1)
             message_pk = lookup_id(message_id, "message")
             tool_calls = (
                 Message.objects.select_for_update()
@@ -858,12 +862,12 @@ class ConversationStore:
             return Message.objects.get(pk=message_pk)
 
     def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
-        """Delete one message; its files stay, detached from it. Moves the conversation's ``updated_at``. Owner only."""
+        """Delete one message; its files stay, detached from it. Moves the conversation's ``thread_revision``. Owner only."""
         check_scope(scope)
         pk = lookup_id(conversation_id)
         with transaction.atomic():
             writable_conversation(scope, pk)
-            Conversation.objects.filter(pk=pk).update(updated_at=timezone.now())  # the thread tag moves
+            Conversation.objects.filter(pk=pk).update(thread_revision=F("thread_revision") + 1)  # the thread tag moves
             deleted, _ = Message.objects.filter(pk=lookup_id(message_id, "message"), conversation_id=pk).delete()
             if not deleted:
                 raise NotFound("No such message.")

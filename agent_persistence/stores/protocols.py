@@ -399,14 +399,14 @@ class ConversationStoreProtocol(Protocol):
     def update_message(
         self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = ..., metadata: Any = ...
     ) -> Message:
-        """Replace the message's content and/or metadata; moves its ``updated_at`` and the conversation's. Owner only.
+        """Replace the message's content and/or metadata; moves only its ``updated_at``. Owner only.
 
-        The conversation's ``updated_at`` moves so that its thread tag (``thread_tag``, If-Match of a save) changes.
+        The conversation's ``thread_revision`` moves so that its thread tag (``thread_tag``, If-Match of a save) changes.
         """
         ...
 
     def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
-        """Delete one message; its files stay, detached from it. Moves the conversation's ``updated_at``. Owner only."""
+        """Delete one message; its files stay, detached from it. Moves the conversation's ``thread_revision``. Owner only."""
         ...
 
     def merge_messages(

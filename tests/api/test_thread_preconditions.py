@@ -199,7 +199,7 @@ def test_the_etag_of_a_save_names_the_body_answered(alice_client: Any, alice_sco
     assert contents(alice_client, conversation.pk) == ["saved", "appended meanwhile"]
 
 
-@pytest.mark.parametrize("if_match", ['"0"', '"0.0.0"'])
+@pytest.mark.parametrize("if_match", ['"0"', '"0.0.0.0"'])
 def test_an_empty_patch_with_create_and_if_match_on_an_absent_conversation_is_404(alice_client: Any, family: str,
                                                                                   if_match: str) -> None:
     pk = uuid.uuid4()

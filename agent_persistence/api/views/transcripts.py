@@ -67,7 +67,7 @@ def check_thread_length(data: Any) -> None:
         raise StorageLimit(f"A save carries at most {limit} messages.", field="messages", limit=limit)
 
 
-THREAD_TAG = re.compile(r'^"\d{1,19}\.\d{1,19}\.-?\d{1,20}"$')
+THREAD_TAG = re.compile(r'^"\d{1,19}\.\d{1,19}\.-?\d{1,20}\.\d{1,19}"$')
 
 
 def thread_if_match(request: Request) -> int | str | None:

@@ -365,7 +365,8 @@ class MemoryConversationStore:
                 check_message_size(changes["content"], message.tool_calls)
             for name, value in changes.items():
                 setattr(message, name, value)
-            message.updated_at = conversation.updated_at = timezone.now()  # as the ORM's: the thread tag moves
+            message.updated_at = timezone.now()
+            conversation.thread_revision += 1  # as the ORM's: the thread tag moves
             return clone(message)
 
     def delete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
@@ -374,7 +375,7 @@ class MemoryConversationStore:
         with self.db.lock:
             conversation = self.db.writable_conversation(scope, pk)
             self.db.delete_message(self._message_of(pk, message_id).pk)
-            conversation.updated_at = timezone.now()  # as the ORM's: the thread tag moves
+            conversation.thread_revision += 1  # as the ORM's: the thread tag moves
 
     def merge_messages(
         self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
