@@ -40,14 +40,14 @@ def test_a_save_is_fenced_when_a_newer_epoch_saved_the_checkpoint() -> None:
 
 
 @contextlib.contextmanager
-def supervision_row_locked(conversation_id: uuid.UUID) -> Iterator[None]:
-    """Another connection holds the conversation's supervision row (``SELECT ... FOR UPDATE``) meanwhile."""
+def row_locked(model: Any, pk: uuid.UUID) -> Iterator[None]:
+    """Another connection holds the row ``pk`` of ``model`` (``SELECT ... FOR UPDATE``) meanwhile."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         try:
             with transaction.atomic():
-                TurnSupervision.objects.select_for_update().get(pk=conversation_id)
+                model.objects.select_for_update().get(pk=pk)
                 held.set()
                 release.wait(30)
         finally:
@@ -63,29 +63,14 @@ def supervision_row_locked(conversation_id: uuid.UUID) -> Iterator[None]:
         holder.join(30)
 
 
+def supervision_row_locked(conversation_id: uuid.UUID) -> Any:
+    """Another connection holds the conversation's supervision row meanwhile."""
+    return row_locked(TurnSupervision, conversation_id)
 
-@contextlib.contextmanager
-def conversation_row_locked(conversation_id: uuid.UUID) -> Iterator[None]:
-    """Another connection holds the conversation row itself (``SELECT ... FOR UPDATE``) meanwhile."""
-    held, release = threading.Event(), threading.Event()
 
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                Conversation.objects.select_for_update().get(pk=conversation_id)
-                held.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(10)
-        yield
-    finally:
-        release.set()
-        holder.join(30)
+def conversation_row_locked(conversation_id: uuid.UUID) -> Any:
+    """Another connection holds the conversation row itself meanwhile."""
+    return row_locked(Conversation, conversation_id)
 
 
 def assert_save_times_out(store: CheckpointStore, conversation_id: uuid.UUID, epoch: int) -> None:

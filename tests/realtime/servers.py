@@ -105,6 +105,24 @@ async def receive(connection: Any, client: StreamClient, until: str = "final", t
             return client
 
 
+def logged_in_session(username: str) -> tuple[str, Any, Any]:
+    """A session key logged in as a new user ``username``, the user, and a conversation of theirs (agent "scripted")."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from agent_persistence.scope import Scope
+    from agent_persistence.stores import conversation_store
+
+    user = get_user_model().objects.create_user(username)
+    store = SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.create()
+    conversation = conversation_store().create(Scope(tenant="", user=str(user.pk)), agent="scripted")
+    return store.session_key, user, conversation.pk
+
+
 def server_env(database_name: str, redis: bool, redis_url: str | None = None) -> dict[str, str]:
     """The environment of a server process; Redis at ``redis_url`` (else ``REDIS_URL``) when ``redis``."""
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}

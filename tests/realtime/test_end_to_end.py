@@ -15,15 +15,11 @@ from typing import Any, Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 
-from agent_persistence.scope import Scope
-from agent_persistence.stores import conversation_store
 from tests.agents import ANSWER
 from tests.realtime.client import StreamClient
-from tests.realtime.servers import Server, receive, send, server_env, socket_to, start_servers
+from tests.realtime.servers import Server, logged_in_session, receive, send, server_env, socket_to, start_servers
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -45,14 +41,8 @@ def servers(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
 @pytest.fixture
 def session() -> tuple[str, uuid.UUID]:
     """A logged-in session of a user, and a conversation of theirs."""
-    user = get_user_model().objects.create_user("e2e-alice")
-    store = SessionStore()
-    store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    store.create()
-    conversation = conversation_store().create(Scope(tenant="", user=str(user.pk)), agent="scripted")
-    return store.session_key, conversation.pk
+    key, user, conversation_id = logged_in_session("e2e-alice")
+    return key, conversation_id
 
 
 async def test_a_turn_produced_on_a_is_followed_from_b_and_by_a_second_tab(servers: list[Server], session: Any) -> None:
