@@ -23,6 +23,7 @@ never drops a socket or refuses a new one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -38,9 +39,9 @@ from ..exceptions import AgentPersistenceError, NotFound, Validation
 from ..runtime.loop import run_async
 from ..runtime.turns import cancel_turn, continue_turn, resume_turn, start_turn
 from ..scope import Scope
-from ..stores.base import readable_conversation
 from . import protocol, tickets
-from .delivery import layer_spans_processes, relay
+from .admission import conversation_to_open
+from .delivery import hub, layer_spans_processes, relay
 from .follower import AccessLost, Follower
 from .sockets import sockets
 
@@ -60,7 +61,13 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     follower: Follower | None = None
     user_scope: Scope | None = None
+    #: The conversation followed (None until it exists: the access sweep checks only followed ones).
     conversation_id: uuid.UUID | None = None
+    #: The route's conversation, once admitted: followed, or a new id its first start creates.
+    requested_id: uuid.UUID | None = None
+    #: A new id's hub subscription while the socket waits for its conversation (:meth:`await_creation`).
+    awaiting: Any = None
+    waking: asyncio.Task[None] | None = None
     admitted = False
     relayed = False
     released = False
@@ -102,23 +109,76 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             return
         self.admitted = True
         try:
-            conversation = await database_sync_to_async(readable_conversation)(
+            self.requested_id, exists = await database_sync_to_async(conversation_to_open)(
                 self.user_scope, self.scope["url_route"]["kwargs"]["conversation_id"]
             )
         except (NotFound, Validation):
-            # Absent and not readable look alike, so a socket never reveals that a conversation exists.
+            # Another's and no UUID at all look alike: the socket says nothing of whose it is.
             await self.close(code=protocol.CLOSE_NOT_FOUND)
             await self.release()
             return
-        self.conversation_id = conversation.pk
+        if exists:
+            self.follow_conversation()
+        # Else a new id: the socket is idle until its start creates the conversation (see .admission).
+
+    def follow_conversation(self) -> None:
+        """Follow the (existing, readable) conversation: a follower, the relay, the access sweep; idempotent."""
+        if self.follower is not None:
+            return
+        self.conversation_id = self.requested_id
         spans = layer_spans_processes()
         self.follower = Follower(
             self.user_scope, self.conversation_id, self.send_json, on_access_lost=self.lose_access, relay=relay() if spans else None
         )
-        if spans:
+        if spans and not self.relayed:
             relay().follow(self.conversation_id)
             self.relayed = True
         sockets().watch(self)
+        self.stop_awaiting()
+
+    def await_creation(self) -> None:
+        """On a socket to a new id that attached: wake when a turn of the id starts (another tab's start)."""
+        if self.awaiting is not None or self.follower is not None:
+            return
+        self.awaiting = hub.subscribe(self.requested_id, lambda payload: self.wake())
+        if layer_spans_processes() and not self.relayed:
+            relay().follow(self.requested_id)  # the id's updates from other processes reach the hub too
+            self.relayed = True
+
+    def stop_awaiting(self) -> None:
+        if self.awaiting is not None:
+            hub.unsubscribe(self.awaiting)
+            self.awaiting = None
+        if self.waking is not None and self.waking is not asyncio.current_task():
+            self.waking.cancel()
+
+    def wake(self) -> None:
+        if self.waking is None or self.waking.done():
+            self.waking = asyncio.get_running_loop().create_task(self.attach_once_created())
+
+    async def attach_once_created(self) -> None:
+        try:
+            await self.follow_if_created()
+            if self.follower is not None and self.follower.task is None and not self.released:
+                await self.follower.attach(last_index=None, offset=None, message_id=None)
+        except AccessLost:
+            await self.lose_access()
+        except Exception:  # noqa: BLE001 - the next update, or the client's next attach, tries again
+            logger.warning("A websocket to new conversation %s could not follow it.", self.requested_id, exc_info=True)
+
+    async def follow_if_created(self) -> None:
+        """On a socket to a new id: follow the conversation once it exists (another tab, or a start, made it).
+
+        AccessLost when a conversation of someone else's now holds the id.
+        """
+        if self.follower is not None:
+            return
+        try:
+            _, exists = await database_sync_to_async(conversation_to_open)(self.user_scope, self.requested_id)
+        except NotFound:
+            raise AccessLost from None
+        if exists:
+            self.follow_conversation()
 
     async def disconnect(self, code: int) -> None:
         # A disconnect never stops a turn: only the follower goes.
@@ -129,12 +189,13 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         if self.released:
             return
         self.released = True
+        self.stop_awaiting()
         try:
             if self.follower is not None:
                 await self.follower.close()
         finally:
             if self.relayed:
-                relay().unfollow(self.conversation_id)
+                relay().unfollow(self.requested_id)
             if self.admitted:
                 sockets().remove(self.user_scope, self)
 
@@ -153,11 +214,15 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             logger.debug("Could not close a websocket (already closed).", exc_info=True)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
-        if self.follower is None or self.released:
+        if self.requested_id is None or self.released:
             return
         try:
             frame = protocol.parse_frame(text_data, bytes_data)
-            await getattr(self, f"on_{frame['type']}")(frame)
+            await self.follow_if_created()
+            if self.follower is None:
+                await getattr(self, f"on_new_{frame['type']}", self.on_new_other)(frame)
+            else:
+                await getattr(self, f"on_{frame['type']}")(frame)
         except AccessLost:
             await self.lose_access()
         except Exception as exc:  # noqa: BLE001 - no frame may end the consumer
@@ -210,6 +275,42 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     async def on_resume(self, frame: dict[str, Any]) -> None:
         handle = await run_async(resume_turn(self.user_scope, self.conversation_id, message_id=frame.get("message_id")))
         await self.send_json({"type": "resumed", **_handle(handle)})
+
+
+    # -- client frames on a new id (no conversation yet) -------------------------------------------
+
+    async def on_new_attach(self, frame: dict[str, Any]) -> None:
+        self.await_creation()
+        await self.follow_if_created()  # made between the check of receive() and the subscription
+        if self.follower is not None:
+            await self.on_attach(frame)
+            return
+        # What an attach to a conversation without a turn reports.
+        await self.send_json({"type": "status", "state": "idle", "message_id": None, "run_id": None, "epoch": 0, "index": 0})
+
+    async def on_new_start(self, frame: dict[str, Any]) -> None:
+        """Start the first turn: the turn store creates the conversation, the caller's, with the turn (one transaction)."""
+        self.stop_awaiting()  # this socket attaches itself once its start has made the conversation
+        try:
+            handle = await run_async(start_turn(
+                self.user_scope, self.requested_id, content=frame["content"], agent=frame.get("agent"),
+                message_id=frame.get("message_id"),
+            ))
+        except Exception:
+            # Another socket may have made the conversation meanwhile: follow it when it is the user's
+            # (the refusal, e.g. conversation_busy, goes out as an error frame), close with 4404 when not.
+            await self.follow_if_created()
+            if self.follower is not None and self.follower.task is None:
+                await self.follower.attach(last_index=None, offset=None, message_id=None)
+            raise
+        self.follow_conversation()
+        if self.follower.task is None:
+            await self.follower.attach(last_index=None, offset=None, message_id=None)
+        await self.send_json({"type": "started", **_handle(handle)})
+
+    async def on_new_other(self, frame: dict[str, Any]) -> None:
+        """stop, answer, resume: there is no conversation (nor turn) yet."""
+        raise NotFound("No such conversation: start a turn to create it.")
 
 
 def _handle(handle: Any) -> dict[str, Any]:

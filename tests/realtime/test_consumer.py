@@ -77,10 +77,11 @@ async def test_an_anonymous_socket_is_closed_with_4401(users: Any) -> None:
     assert (await communicator.receive_output(timeout=5))["code"] == 4401
 
 
-@pytest.mark.parametrize("whose", ["bob's", "absent", "not a uuid"])
+@pytest.mark.parametrize("whose", ["bob's", "not a uuid"])
 async def test_a_conversation_the_user_may_not_read_is_closed_with_4404(users: Any, whose: str) -> None:
+    """An absent (new) id is admitted: its start creates the conversation (test_start_new_conversation.py)."""
     alice, bob = users
-    conversation_id = {"bob's": None, "absent": uuid.uuid4(), "not a uuid": "nope"}[whose]
+    conversation_id = {"bob's": None, "not a uuid": "nope"}[whose]
     if conversation_id is None:
         conversation_id = await sync_to_async(make_conversation)(bob)
     communicator = await connect(conversation_id, alice)
