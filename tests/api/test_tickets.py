@@ -76,9 +76,21 @@ def test_the_conversation_route_binds_the_ticket_to_it(alice_client: APIClient, 
 
 
 def test_a_conversation_the_caller_may_not_read_is_404_and_issues_nothing(bob_client: APIClient, conversation: Any) -> None:
-    for target in (conversation, "00000000-0000-0000-0000-000000000000", "not-a-uuid"):
+    for target in (conversation, "not-a-uuid", "%00", "%ED%A0%80", "a" * 3000):
         assert_error(bob_client.post(conversation_ticket_url(target)), 404, "not_found")
     assert not WebsocketTicket.objects.exists()
+
+
+def test_a_new_conversation_id_gets_a_ticket_bound_to_it_and_nothing_is_created(bob_client: APIClient, bob_scope: Scope) -> None:
+    """Before: 404, so a ticket client could not open the socket whose start creates the conversation."""
+    from agent_persistence.models import Conversation
+
+    new_id = "00000000-0000-4000-8000-000000000001"
+    response = bob_client.post(conversation_ticket_url(new_id))
+    assert response.status_code == 201, response.content
+    assert response.json()["conversation_id"] == new_id
+    assert redeem_ticket(response.json()["ticket"], new_id) == bob_scope
+    assert not Conversation.objects.exists()
 
 
 def test_a_reader_of_a_shared_conversation_gets_one(bob_client: APIClient, alice_scope: Scope, conversation: Any) -> None:

@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...conf import app_settings
+from ...realtime.admission import conversation_to_open
 from ...realtime.tickets import IssuedTicket, issue_ticket
-from ...stores import conversation_store
 from ..schema import extend_schema
 from ..serializers.base import error_responses
 from ..serializers.tickets import WebsocketTicketSerializer
@@ -71,10 +71,11 @@ class ConversationWebsocketTicketView(ScopedAPIView):
         parameters=[OpenApiParameter("conversation_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The conversation's id.")],
         request=None,
         responses={201: WebsocketTicketSerializer, **error_responses(400, 401, 403, 404, 415, 429)},
-        description=DESCRIPTION + " 404 when the caller may not read the conversation.",
+        description=DESCRIPTION + " 404 when the conversation is one the caller may not read, or the id is no UUID. "
+        "An id no conversation has yet gets a ticket: the socket's first start creates the conversation, the caller's.",
     )
     def post(self, request: Request, conversation_id: str) -> Response:
         read_body(EmptyBody, request)
-        conversation = conversation_store().get(self.scope, conversation_id)
-        issued = issue_ticket(self.scope, conversation.pk, account=account_of(request))
+        pk, _ = conversation_to_open(self.scope, conversation_id)
+        issued = issue_ticket(self.scope, pk, account=account_of(request))
         return Response(WebsocketTicketSerializer(ticket_body(issued)).data, status=status.HTTP_201_CREATED)
