@@ -4,9 +4,11 @@
 // and applies the server's frames by the protocol's rules (docs/reference/websocket.md, "Applying
 // deltas"): text is appended from the frame's offset, so a repeated or overlapping frame adds
 // nothing and nothing is lost; a status with another message_id starts a new turn; the final
-// message is the authority. When the socket closes for any reason but a refusal (4401, 4404,
-// 4429) or close(), it reconnects with exponential back-off and jitter and attaches from its
-// position, so the server sends only what it lacks.
+// message is the authority. When the socket closes for any reason but a refusal (4401, 4403,
+// 4404, 4429, or a url function that throws a RefusedError, e.g. a ticket request answered 404)
+// or close(), it reconnects with exponential back-off and jitter and attaches from its position,
+// so the server sends only what it lacks. A refusal ends the client: it emits `refused` and
+// keeps the RefusedError in `state.refused`, for the app to show.
 
 import { Emitter } from "./emitter.js";
 import type {
@@ -97,6 +99,8 @@ export interface ConversationSnapshot {
   final: FinalFrame | null;
   /** The interrupts that wait for an answer. */
   interrupts: PendingInterrupt[];
+  /** Why the client stopped for good on a refusal (4401, 4403, 4404, 4429, a refused ticket); null otherwise. */
+  refused: RefusedError | null;
 }
 
 export interface TextEvent {
@@ -139,6 +143,8 @@ export interface ConversationEvents {
   change: ConversationSnapshot;
   /** An activity row (e.g. a search progress card), live and on attach: replace the row with its id. */
   activity: ActivityFrame;
+  /** A refusal reconnecting cannot help (the client stops; also in `state.refused`). */
+  refused: RefusedError;
 }
 
 /** A refused action: `code` is the error frame's (e.g. `conversation_busy`), or `connection_lost`, `timeout`, `closed`. */
@@ -160,6 +166,73 @@ export class ProtocolError extends Error {
 
 /** Close codes after which reconnecting cannot help (4403: a refused ticket). */
 export const FATAL_CLOSE_CODES: ReadonlySet<number> = new Set([4401, 4403, 4404, 4429]);
+
+/** The `code` of a RefusedError for each refusing close code. */
+export const REFUSAL_CODES: Readonly<Record<number, string>> = {
+  4401: "not_authenticated",
+  4403: "ticket_refused",
+  4404: "not_found",
+  4429: "too_many_sockets",
+};
+
+/**
+ * A refusal that reconnecting cannot help: the server closed the socket with a refusing code
+ * (`closeCode`), or the `url` function threw it (e.g. the ticket request was answered 404:
+ * `status`). `code` is `not_authenticated`, `ticket_refused`, `not_found`, `too_many_sockets`,
+ * or what the url function chose. Throw one from a `url` function to stop the client.
+ */
+export class RefusedError extends ProtocolError {
+  readonly closeCode?: number;
+  readonly status?: number;
+
+  constructor(code: string, message: string, options: { closeCode?: number; status?: number } = {}) {
+    super(code, message);
+    this.name = "RefusedError";
+    this.closeCode = options.closeCode;
+    this.status = options.status;
+  }
+}
+
+/** The RefusedError of a refusing close code. */
+export function refusalOf(closeCode: number, reason = ""): RefusedError {
+  const code = REFUSAL_CODES[closeCode] ?? "refused";
+  const detail = reason ? `: ${reason}` : "";
+  return new RefusedError(code, `The server refused the socket (${closeCode} ${code})${detail}.`, { closeCode });
+}
+
+export interface TicketUrlOptions {
+  /** Where the app's API is mounted, e.g. `https://example.com/api/agents/` (the ticket is `POST <api>conversations/<id>/ws-ticket/`). */
+  api: string;
+  /** The site the socket goes to (`conversationUrl(site, id)`), e.g. `https://example.com` or the page's origin. */
+  site: string;
+  conversationId: string;
+  /** The request's options (credentials, headers such as Authorization or X-CSRFToken); the method is POST. */
+  init?: RequestInit;
+  fetch?: typeof fetch;
+  /** The route prefix of the sockets under `site` (default `ws/conversations/`). */
+  path?: string;
+}
+
+/**
+ * A `url` function that fetches a fresh single-use ticket for every attempt. A ticket request
+ * answered 401, 403 or 404 (the user may not open that conversation) throws a RefusedError, so
+ * the client stops and surfaces it; any other failure (429, 5xx, the network) is retried.
+ */
+export function ticketUrl(options: TicketUrlOptions): () => Promise<string> {
+  const api = options.api.endsWith("/") ? options.api : `${options.api}/`;
+  const endpoint = `${api}conversations/${encodeURIComponent(options.conversationId)}/ws-ticket/`;
+  return async () => {
+    const request = options.fetch ?? globalThis.fetch;
+    const response = await request(endpoint, { credentials: "same-origin", ...options.init, method: "POST" });
+    if (response.status === 401 || response.status === 403 || response.status === 404) {
+      const code = response.status === 404 ? "not_found" : "not_authenticated";
+      throw new RefusedError(code, `The ticket request was refused: HTTP ${response.status}.`, { status: response.status });
+    }
+    if (!response.ok) throw new ProtocolError("ticket_failed", `The ticket request failed: HTTP ${response.status}.`);
+    const { ticket } = (await response.json()) as { ticket: string };
+    return `${conversationUrl(options.site, options.conversationId, options.path)}?ticket=${encodeURIComponent(ticket)}`;
+  };
+}
 
 const REPLIES = {
   start: "started",
@@ -221,6 +294,7 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
     toolCalls: null,
     final: null,
     interrupts: [],
+    refused: null,
   };
 
   constructor(options: ConversationClientOptions) {
@@ -240,6 +314,7 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
   /** Opens the socket (and attaches, unless `attach: false`); resolves once it is open. */
   connect(): Promise<void> {
     this.closedByUser = false;
+    if (this.snapshot.refused) this.update({ refused: null }); // a new try, e.g. after the user logged in again
     if (this.socket?.readyState === OPEN) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const offOpen = this.once("open", () => {
@@ -250,7 +325,7 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
         if (!event.willReconnect) {
           offOpen();
           offClose();
-          reject(new ProtocolError("closed", `The socket closed (${event.code}) before it opened.`));
+          reject(this.snapshot.refused ?? new ProtocolError("closed", `The socket closed (${event.code}) before it opened.`));
         }
       });
       try {
@@ -384,7 +459,9 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
         },
         (error: unknown) => {
           this.opening = false;
-          if (!this.closedByUser && this.attempt === attempt) this.onClosed(1006, String(error));
+          if (!this.closedByUser && this.attempt === attempt) {
+            this.onClosed(1006, String(error), error instanceof RefusedError ? error : null);
+          }
         },
       );
       return;
@@ -421,13 +498,18 @@ export class ConversationClient extends Emitter<ConversationEvents> implements A
     };
   }
 
-  private onClosed(code: number, reason: string): void {
-    this.rejectPending("connection_lost", `The socket closed (${code}) before the reply came; the action may or may not have happened.`);
+  private onClosed(code: number, reason: string, refusal: RefusedError | null = null): void {
+    if (!refusal && FATAL_CLOSE_CODES.has(code)) refusal = refusalOf(code, reason);
+    this.rejectPending(
+      refusal ? refusal.code : "connection_lost",
+      refusal ? refusal.message : `The socket closed (${code}) before the reply came; the action may or may not have happened.`,
+    );
     const reconnect = this.options.reconnect;
     const maxAttempts = reconnect ? (reconnect.maxAttempts ?? Infinity) : Infinity;
-    const willReconnect = !this.closedByUser && reconnect !== false && !FATAL_CLOSE_CODES.has(code) && this.failures < maxAttempts;
-    this.update({ connected: false });
+    const willReconnect = !this.closedByUser && reconnect !== false && !refusal && this.failures < maxAttempts;
+    this.update(refusal ? { connected: false, refused: refusal } : { connected: false });
     this.emit("close", { code, reason, willReconnect });
+    if (refusal) this.emit("refused", refusal);
     if (!willReconnect) {
       for (const queue of this.iterators) queue.end();
       this.iterators.clear();

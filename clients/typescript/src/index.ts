@@ -2,7 +2,11 @@
 export {
   ConversationClient,
   ProtocolError,
+  RefusedError,
   FATAL_CLOSE_CODES,
+  REFUSAL_CODES,
+  refusalOf,
+  ticketUrl,
   backoffDelay,
   conversationUrl,
 } from "./client.js";
@@ -14,6 +18,7 @@ export type {
   ReconnectEvent,
   ReconnectOptions,
   TextEvent,
+  TicketUrlOptions,
   WebSocketConstructor,
   WebSocketLike,
 } from "./client.js";

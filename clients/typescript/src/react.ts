@@ -1,5 +1,9 @@
 // @agent-persistence/client/react: useConversation(conversationId), a React hook over ConversationClient.
 //
+// A conversation id no conversation has yet is a new conversation: the hook shows an empty
+// transcript and its first start() creates it, the user's. A refusal (not found, not allowed)
+// stops the client and is in `error` and `refused`.
+//
 // It gives the stored transcript (read over the REST API), the live answer of the turn in flight,
 // the turn's status, pending interrupts and the actions. The live answer is shown only while its
 // turn is not in the stored transcript yet, so a reloaded page (whose attach replays the final
@@ -12,6 +16,7 @@ import {
   type ConversationClientOptions,
   type ConversationSnapshot,
   type ReconnectOptions,
+  type RefusedError,
   type WebSocketConstructor,
 } from "./client.js";
 import type { AnsweredFrame, InterruptAnswer, PendingInterrupt, ResumedFrame, StartedFrame, StopRequestedFrame, TurnState } from "./protocol.js";
@@ -33,9 +38,15 @@ export interface ShownMessage {
 }
 
 export interface UseConversationOptions {
-  /** The socket URL; default: `ws(s)://<page host>/ws/conversations/<id>/`. */
-  url?: string | ((conversationId: string, attempt: number) => string);
-  /** The API's base URL (default `/api/`), for the transcript. */
+  /**
+   * The socket URL; default: `ws(s)://<page host>/ws/conversations/<id>/`. A function may return a
+   * promise, e.g. `ticketUrl(...)`'s URL with a fresh ticket; throwing a RefusedError stops the client.
+   */
+  url?: string | ((conversationId: string, attempt: number) => string | Promise<string>);
+  /**
+   * Where your urls.py includes `agent_persistence.api.urls`, e.g. `/api/agents/` (default `/api/`,
+   * kept for compatibility), for the transcript: `GET <apiBase>conversations/<id>/messages/`.
+   */
   apiBase?: string;
   /** Reads the stored transcript; default: `fetch(<apiBase>conversations/<id>/messages/)` with the page's cookies. */
   fetchMessages?: (conversationId: string) => Promise<StoredMessage[]>;
@@ -54,8 +65,10 @@ export interface UseConversation {
   status: TurnState | null;
   connected: boolean;
   interrupts: PendingInterrupt[];
-  /** The last failure (a refused action, a transcript that could not be read). */
+  /** The last failure (a refused action, a transcript that could not be read, a refused socket). */
   error: Error | null;
+  /** Why the client stopped for good (4401, 4403, 4404, 4429, a refused ticket): show it, do not wait. */
+  refused: RefusedError | null;
   snapshot: ConversationSnapshot | null;
   start: (content: unknown, options?: { agent?: string; messageId?: string }) => Promise<StartedFrame>;
   stop: () => Promise<StopRequestedFrame>;
@@ -76,6 +89,9 @@ async function fetchStoredMessages(apiBase: string, conversationId: string): Pro
     credentials: "same-origin",
     headers: { Accept: "application/json" },
   });
+  // A new conversation (the socket's first start creates it) has no transcript yet. Were it one the
+  // user may not read, the socket's refusal (4404) says so.
+  if (response.status === 404) return [];
   if (!response.ok) throw new Error(`Reading the transcript failed: HTTP ${response.status}.`);
   return ((await response.json()) as { items: StoredMessage[] }).items;
 }
@@ -117,6 +133,7 @@ export function useConversation(conversationId: string | null, options: UseConve
       }),
       conversation.on("conversation_updated", read),
       conversation.on("final", read),
+      conversation.on("refused", (refusal) => active && setError(refusal)),
     ];
     setClient(conversation);
     setStored([]);
@@ -161,6 +178,7 @@ export function useConversation(conversationId: string | null, options: UseConve
     connected: snapshot?.connected ?? false,
     interrupts: snapshot?.interrupts ?? [],
     error,
+    refused: snapshot?.refused ?? null,
     snapshot,
     start: (content, startOptions) => act((conversation) => conversation.start(content, startOptions)),
     stop: () => act((conversation) => conversation.stop()),

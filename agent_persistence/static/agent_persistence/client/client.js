@@ -4,9 +4,11 @@
 // and applies the server's frames by the protocol's rules (docs/reference/websocket.md, "Applying
 // deltas"): text is appended from the frame's offset, so a repeated or overlapping frame adds
 // nothing and nothing is lost; a status with another message_id starts a new turn; the final
-// message is the authority. When the socket closes for any reason but a refusal (4401, 4404,
-// 4429) or close(), it reconnects with exponential back-off and jitter and attaches from its
-// position, so the server sends only what it lacks.
+// message is the authority. When the socket closes for any reason but a refusal (4401, 4403,
+// 4404, 4429, or a url function that throws a RefusedError, e.g. a ticket request answered 404)
+// or close(), it reconnects with exponential back-off and jitter and attaches from its position,
+// so the server sends only what it lacks. A refusal ends the client: it emits `refused` and
+// keeps the RefusedError in `state.refused`, for the app to show.
 import { Emitter } from "./emitter.js";
 /** A refused action: `code` is the error frame's (e.g. `conversation_busy`), or `connection_lost`, `timeout`, `closed`. */
 export class ProtocolError extends Error {
@@ -25,6 +27,56 @@ export class ProtocolError extends Error {
 }
 /** Close codes after which reconnecting cannot help (4403: a refused ticket). */
 export const FATAL_CLOSE_CODES = new Set([4401, 4403, 4404, 4429]);
+/** The `code` of a RefusedError for each refusing close code. */
+export const REFUSAL_CODES = {
+    4401: "not_authenticated",
+    4403: "ticket_refused",
+    4404: "not_found",
+    4429: "too_many_sockets",
+};
+/**
+ * A refusal that reconnecting cannot help: the server closed the socket with a refusing code
+ * (`closeCode`), or the `url` function threw it (e.g. the ticket request was answered 404:
+ * `status`). `code` is `not_authenticated`, `ticket_refused`, `not_found`, `too_many_sockets`,
+ * or what the url function chose. Throw one from a `url` function to stop the client.
+ */
+export class RefusedError extends ProtocolError {
+    closeCode;
+    status;
+    constructor(code, message, options = {}) {
+        super(code, message);
+        this.name = "RefusedError";
+        this.closeCode = options.closeCode;
+        this.status = options.status;
+    }
+}
+/** The RefusedError of a refusing close code. */
+export function refusalOf(closeCode, reason = "") {
+    const code = REFUSAL_CODES[closeCode] ?? "refused";
+    const detail = reason ? `: ${reason}` : "";
+    return new RefusedError(code, `The server refused the socket (${closeCode} ${code})${detail}.`, { closeCode });
+}
+/**
+ * A `url` function that fetches a fresh single-use ticket for every attempt. A ticket request
+ * answered 401, 403 or 404 (the user may not open that conversation) throws a RefusedError, so
+ * the client stops and surfaces it; any other failure (429, 5xx, the network) is retried.
+ */
+export function ticketUrl(options) {
+    const api = options.api.endsWith("/") ? options.api : `${options.api}/`;
+    const endpoint = `${api}conversations/${encodeURIComponent(options.conversationId)}/ws-ticket/`;
+    return async () => {
+        const request = options.fetch ?? globalThis.fetch;
+        const response = await request(endpoint, { credentials: "same-origin", ...options.init, method: "POST" });
+        if (response.status === 401 || response.status === 403 || response.status === 404) {
+            const code = response.status === 404 ? "not_found" : "not_authenticated";
+            throw new RefusedError(code, `The ticket request was refused: HTTP ${response.status}.`, { status: response.status });
+        }
+        if (!response.ok)
+            throw new ProtocolError("ticket_failed", `The ticket request failed: HTTP ${response.status}.`);
+        const { ticket } = (await response.json());
+        return `${conversationUrl(options.site, options.conversationId, options.path)}?ticket=${encodeURIComponent(ticket)}`;
+    };
+}
 const REPLIES = {
     start: "started",
     resume: "resumed",
@@ -71,6 +123,7 @@ export class ConversationClient extends Emitter {
         toolCalls: null,
         final: null,
         interrupts: [],
+        refused: null,
     };
     constructor(options) {
         super();
@@ -86,6 +139,8 @@ export class ConversationClient extends Emitter {
     /** Opens the socket (and attaches, unless `attach: false`); resolves once it is open. */
     connect() {
         this.closedByUser = false;
+        if (this.snapshot.refused)
+            this.update({ refused: null }); // a new try, e.g. after the user logged in again
         if (this.socket?.readyState === OPEN)
             return Promise.resolve();
         return new Promise((resolve, reject) => {
@@ -97,7 +152,7 @@ export class ConversationClient extends Emitter {
                 if (!event.willReconnect) {
                     offOpen();
                     offClose();
-                    reject(new ProtocolError("closed", `The socket closed (${event.code}) before it opened.`));
+                    reject(this.snapshot.refused ?? new ProtocolError("closed", `The socket closed (${event.code}) before it opened.`));
                 }
             });
             try {
@@ -222,8 +277,9 @@ export class ConversationClient extends Emitter {
                     this.openAt(Implementation, resolved);
             }, (error) => {
                 this.opening = false;
-                if (!this.closedByUser && this.attempt === attempt)
-                    this.onClosed(1006, String(error));
+                if (!this.closedByUser && this.attempt === attempt) {
+                    this.onClosed(1006, String(error), error instanceof RefusedError ? error : null);
+                }
             });
             return;
         }
@@ -260,13 +316,17 @@ export class ConversationClient extends Emitter {
             this.onClosed(event.code, event.reason);
         };
     }
-    onClosed(code, reason) {
-        this.rejectPending("connection_lost", `The socket closed (${code}) before the reply came; the action may or may not have happened.`);
+    onClosed(code, reason, refusal = null) {
+        if (!refusal && FATAL_CLOSE_CODES.has(code))
+            refusal = refusalOf(code, reason);
+        this.rejectPending(refusal ? refusal.code : "connection_lost", refusal ? refusal.message : `The socket closed (${code}) before the reply came; the action may or may not have happened.`);
         const reconnect = this.options.reconnect;
         const maxAttempts = reconnect ? (reconnect.maxAttempts ?? Infinity) : Infinity;
-        const willReconnect = !this.closedByUser && reconnect !== false && !FATAL_CLOSE_CODES.has(code) && this.failures < maxAttempts;
-        this.update({ connected: false });
+        const willReconnect = !this.closedByUser && reconnect !== false && !refusal && this.failures < maxAttempts;
+        this.update(refusal ? { connected: false, refused: refusal } : { connected: false });
         this.emit("close", { code, reason, willReconnect });
+        if (refusal)
+            this.emit("refused", refusal);
         if (!willReconnect) {
             for (const queue of this.iterators)
                 queue.end();

@@ -1,3 +1,3 @@
 // @agent-persistence/client: a client for the agent_persistence websocket protocol.
-export { ConversationClient, ProtocolError, FATAL_CLOSE_CODES, backoffDelay, conversationUrl, } from "./client.js";
+export { ConversationClient, ProtocolError, RefusedError, FATAL_CLOSE_CODES, REFUSAL_CODES, refusalOf, ticketUrl, backoffDelay, conversationUrl, } from "./client.js";
 export { Emitter } from "./emitter.js";
