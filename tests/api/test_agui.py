@@ -455,23 +455,31 @@ def test_a_reader_whose_conversation_is_unshared_mid_turn_gets_run_error_not_fou
 def test_a_run_agent_input_naming_taken_message_ids_starts_nothing(
     alice_client: APIClient, bob_client: APIClient, bob_scope: Scope, conversation_id: uuid.UUID
 ) -> None:
-    """Issue 21 item 1, the AG-UI half: this endpoint never starts a turn (turns start over REST or the websocket,
-    where a taken message_id is 409 message_exists). A RunAgentInput whose messages and runId reuse taken ids (the
-    caller's own answer, the user message, another user's message) runs nothing and writes nothing: it streams the
-    conversation's current turn as it is."""
+    """Issue 21 item 1, the AG-UI half. A run whose last message is a user message the conversation does not hold
+    starts a turn with it (issue 24; test_agui_start.py), under that message's id: one taken elsewhere (another user's
+    message, the caller's own answer in another conversation) is 409 message_exists, as over REST and the websocket,
+    and nothing runs or is written. A last message the conversation holds already (its own question or answer) starts
+    nothing: the run streams the conversation's current turn as it is."""
     from agent_persistence.models import Message, Run
 
     own = finished_turn(alice_client, conversation_id)
     others_conversation = conversation_store().create(bob_scope, agent="echo").id
     others = finished_turn(bob_client, others_conversation)
     question = Message.objects.filter(conversation_id=conversation_id, role="user").values_list("pk", flat=True).first()
-    taken = [own["message_id"], str(question), others["message_id"]]
     counts = (Message.objects.count(), Run.objects.count())
-    body = {"threadId": str(conversation_id), "runId": own["message_id"],
-            "messages": [{"id": message_id, "role": "user", "content": "again"} for message_id in taken]}
-    pairs, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json"))
-    events = [event for _, event in pairs]
-    check_sequence(events)
-    assert events[-1].type == EventType.RUN_FINISHED
-    assert {event.message_id for event in events if event.type == EventType.TEXT_MESSAGE_START} == {own["message_id"]}
+    others_question = Message.objects.filter(conversation_id=others_conversation, role="user").values_list("pk", flat=True).first()
+    for taken in (others["message_id"], str(others_question)):
+        body = {"threadId": str(conversation_id), "runId": own["message_id"],
+                "messages": [{"id": taken, "role": "user", "content": "again"}]}
+        response = alice_client.post(agui_url(conversation_id), body, format="json")
+        assert (response.status_code, response.json()["code"]) == (409, "message_exists"), taken
+    assert (Message.objects.count(), Run.objects.count()) == counts, "nothing was started or stored"
+    for held in (own["message_id"], str(question)):
+        body = {"threadId": str(conversation_id), "runId": own["message_id"],
+                "messages": [{"id": held, "role": "user", "content": "again"}]}
+        pairs, _ = read_stream(alice_client.post(agui_url(conversation_id), body, format="json"))
+        events = [event for _, event in pairs]
+        check_sequence(events)
+        assert events[-1].type == EventType.RUN_FINISHED
+        assert {event.message_id for event in events if event.type == EventType.TEXT_MESSAGE_START} == {own["message_id"]}
     assert (Message.objects.count(), Run.objects.count()) == counts, "nothing was started or stored"

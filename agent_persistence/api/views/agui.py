@@ -3,7 +3,10 @@
 ``GET`` (an ``EventSource``) or ``POST`` with a ``RunAgentInput`` (``@ag-ui/client``'s
 ``HttpAgent``, CopilotKit) stream the conversation's current turn as one AG-UI
 run, from its start or from the position a ``Last-Event-ID`` names, on any
-replica. Access is the other turn endpoints': what the user may not read is 404.
+replica. A ``POST`` whose last message is a user message the conversation does
+not hold yet starts a turn with it first (:func:`ask`), creating the
+conversation, the caller's, when its id is new. Access is the other turn
+endpoints': what the user may not read is 404.
 The stream itself is :mod:`agent_persistence.agui.streams`; see
 ``docs/reference/agui.md``.
 """
@@ -15,7 +18,7 @@ import uuid
 from typing import Any
 
 import pydantic
-from ag_ui.core import ResumeEntry, RunAgentInput
+from ag_ui.core import ResumeEntry, RunAgentInput, UserMessage
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
 from django.http import StreamingHttpResponse
@@ -27,10 +30,10 @@ from rest_framework.request import Request
 from ...agui.positions import HEADER, Position, check_position, parse_position
 from ...agui.streams import CONTENT_TYPE, admit_stream, blocking_event_stream, event_stream, release_stream, release_with
 from ...conf import app_settings
-from ...exceptions import Conflict, TooManyRequests, Validation
+from ...exceptions import Conflict, NotFound, TooManyRequests, Validation
 from ...runtime import loop
-from ...runtime.turns import continue_turn
-from ...stores import metadata_store, turn_store
+from ...runtime.turns import continue_turn, start_turn
+from ...stores import conversation_store, metadata_store, turn_store
 from ...stores.protocols import TurnView
 from ..schema import extend_schema
 from ..serializers.base import error_responses
@@ -131,6 +134,54 @@ def release_connections() -> None:
             conn.close()
 
 
+#: The namespace of the user message ids made from AG-UI message ids that are no UUIDs.
+AG_UI_MESSAGE_IDS = uuid.UUID("5f0c3b9e-2d4a-5b7e-9c1d-8a6f4e2b0c13")
+
+
+def question_of(body: RunAgentInput) -> UserMessage | None:
+    """The user message a run asks: its last message, when that is a user message and no resume entries come."""
+    if body.resume or not body.messages or not isinstance(body.messages[-1], UserMessage):
+        return None
+    return body.messages[-1]
+
+
+def agent_of(body: RunAgentInput) -> str | None:
+    """``forwardedProps.agent``: the agent of a new conversation's first turn (else the conversation's)."""
+    props = body.forwarded_props
+    agent = props.get("agent") if isinstance(props, dict) else None
+    if agent is not None and not isinstance(agent, str):
+        raise Validation("forwardedProps.agent must be a string.", field="forwardedProps.agent")
+    return agent
+
+
+def user_message_id(conversation_id: str, message_id: str) -> uuid.UUID:
+    """Our id of an AG-UI user message: its own when it is a UUID, else one made from it (the same for a retry)."""
+    try:
+        return uuid.UUID(message_id)
+    except ValueError:
+        return uuid.uuid5(AG_UI_MESSAGE_IDS, f"{conversation_id}\n{message_id}")
+
+
+def ask(scope: Any, conversation_id: str, question: UserMessage, agent: str | None) -> bool:
+    """Start a turn with ``question`` unless the conversation holds it already (a retried run); whether one started.
+
+    The start is ``POST turns/``'s (the turn store's ``begin``, one transaction): on an id no
+    conversation has, it creates the conversation, the caller's; a refusal (409
+    ``conversation_busy``, ``interrupts_pending``, ``message_exists``, 404, 403, 400) writes nothing.
+    """
+    message_id = user_message_id(conversation_id, question.id)
+    try:
+        conversation_store().get_message(scope, conversation_id, message_id)
+        return False
+    except NotFound:
+        pass
+    content: Any = question.content
+    if not isinstance(content, str):
+        content = [part.model_dump(mode="json", by_alias=True, exclude_none=True) for part in content]
+    loop.run(start_turn(scope, conversation_id, content=content, agent=agent, user_message_id=message_id))
+    return True
+
+
 #: The metadata store's namespace of this endpoint's server-side state (never exposed).
 NAMESPACE = "agent_persistence.agui"
 
@@ -183,6 +234,10 @@ class AgUiStreamView(ScopedAPIView):
         request={"application/json": RUN_AGENT_INPUT_SCHEMA},
         responses={**STREAM_RESPONSE, **error_responses(*ERRORS, 413, 415)},
         description=DESCRIPTION + " The body is AG-UI's RunAgentInput (what HttpAgent sends); its runId names the run. "
+        "When its last message is a user message the conversation does not hold (by id), the run starts a turn with it "
+        "first, as POST turns/ does (409 conversation_busy, interrupts_pending or message_exists, 403, 404, 400: nothing "
+        "is written), and streams that turn; on an id no conversation has, the start creates the conversation, the "
+        "caller's (forwardedProps.agent names its agent). "
         "With resume entries the run answers the turn's pending interrupts first (all of them, as POST interrupts/: "
         "the owner only, 403 conversation_not_owned for readers; a cancelled entry answers {\"cancelled\": true}) and "
         "streams the continued turn from where the interrupted run ended.",
@@ -190,10 +245,12 @@ class AgUiStreamView(ScopedAPIView):
     )
     def post(self, request: Request, conversation_id: str) -> StreamingHttpResponse:
         body = run_agent_input(request.data)
-        return self.stream(request, conversation_id, run_id=body.run_id, resume=body.resume or [])
+        return self.stream(request, conversation_id, run_id=body.run_id, resume=body.resume or [],
+                           question=question_of(body), agent=agent_of(body))
 
     def stream(self, request: Request, conversation_id: str, *, run_id: str | None,
-               resume: list[ResumeEntry] | None = None) -> StreamingHttpResponse:
+               resume: list[ResumeEntry] | None = None, question: UserMessage | None = None,
+               agent: str | None = None) -> StreamingHttpResponse:
         # The cap before any query: a user over it costs the server nothing more.
         admitted = admit_stream(self.scope)
         if admitted is None:
@@ -203,6 +260,8 @@ class AgUiStreamView(ScopedAPIView):
             )
         try:
             start = parse_position(request.headers.get(HEADER))
+            if question is not None and ask(self.scope, conversation_id, question, agent):
+                start = None  # the new turn streams from its beginning, whatever position the client held
             turn = turn_store().read_turn(self.scope, conversation_id)
             if turn.message_id is None:
                 raise Conflict("The conversation has no turn yet: start one, then stream it.", code="no_turn")
