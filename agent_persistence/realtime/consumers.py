@@ -4,7 +4,9 @@ Thin by design: the protocol is in :mod:`.protocol`, following in
 :mod:`.follower`, the per-user cap and the access sweep in :mod:`.sockets`;
 turn entry points run on the process's producer loop
 (:func:`agent_persistence.runtime.loop.run_async`) so a turn never dies with
-the socket that started it.
+the socket that started it. A socket to an id no conversation has is
+admitted idle, and its first ``start`` creates the conversation
+(:mod:`.admission`).
 
 Two rules keep a socket from ever stranding work:
 
@@ -275,7 +277,6 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     async def on_resume(self, frame: dict[str, Any]) -> None:
         handle = await run_async(resume_turn(self.user_scope, self.conversation_id, message_id=frame.get("message_id")))
         await self.send_json({"type": "resumed", **_handle(handle)})
-
 
     # -- client frames on a new id (no conversation yet) -------------------------------------------
 
