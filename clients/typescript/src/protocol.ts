@@ -320,6 +320,6 @@ export type KnownErrorCode =
   | "interrupt_expired";
 
 /**
- * Close codes the server sends after the handshake: 4401 not authenticated, 4403 the ?ticket= was refused (expired, spent, altered or bound to another conversation), 4404 the conversation does not exist or may not be read (or stopped being readable), 4429 over WEBSOCKET_MAX_PER_USER sockets in this server process, 1011 the server could not open the socket. Others (1000, 1006, 1009) come from the ASGI server or the network.
+ * Close codes the server sends after the handshake: 4401 not authenticated, 4403 the ?ticket= was refused (expired, spent, altered or bound to another conversation), 4404 the id is a conversation the user may not read (or stopped being readable) or no UUID (an id no conversation has is admitted: its start creates the conversation), 4429 over WEBSOCKET_MAX_PER_USER sockets in this server process, 1011 the server could not open the socket. Others (1000, 1006, 1009) come from the ASGI server or the network.
  */
 export type CloseCode = 4401 | 4403 | 4404 | 4429 | 1011;
