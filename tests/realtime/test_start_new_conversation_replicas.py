@@ -4,13 +4,15 @@ The servers are uvicorn processes on the test database (SQLite, or PostgreSQL
 when DATABASE_URL is set), so the two starts are two real transactions in two
 processes. Exactly one creates the conversation and its turn; the other start
 gets the normal busy answer (``conversation_busy``), and both sockets follow
-the one turn to its exact answer.
+the one turn to its exact answer. With Redis between the servers, a tab idle
+on the new id on one server follows the turn another tab starts on the other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from typing import Any, Iterator
 
@@ -28,9 +30,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 ROUNDS = 4
 
 
-@pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    running = start_servers(server_env(str(connection.settings_dict["NAME"]), redis=False))
+REDIS_MISSING = not os.environ.get("REDIS_URL") and not os.environ.get("CI")
+
+
+@pytest.fixture(params=["recording", pytest.param("redis", marks=pytest.mark.skipif(REDIS_MISSING, reason="REDIS_URL is not set"))])
+def servers(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
+    if request.param == "redis" and not os.environ.get("REDIS_URL"):
+        pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
+    running = start_servers(server_env(str(connection.settings_dict["NAME"]), redis=request.param == "redis"))
     try:
         yield running
     finally:
@@ -77,3 +84,22 @@ async def race(a: Server, b: Server, session_key: str, user: Any) -> None:
         assert await Run.objects.filter(conversation_id=conversation_id).acount() == 1
         assert await Message.objects.filter(conversation_id=conversation_id, role="user").acount() == 1
     assert await Conversation.objects.filter(owner=str(user.pk)).acount() == ROUNDS + 1  # and logged_in_session's own
+
+
+async def test_a_tab_idle_on_a_new_id_follows_the_turn_a_tab_on_the_other_server_starts(
+    servers: list[Server], request: pytest.FixtureRequest
+) -> None:
+    """Pushed through the relay (Redis); following the recording, the idle tab finds the turn at its next attach."""
+    session_key, user, _ = await sync_to_async(logged_in_session)("idle-alice")
+    a, b = servers
+    conversation_id = uuid.uuid4()
+    async with socket_to(b, conversation_id, session_key) as idle, socket_to(a, conversation_id, session_key) as starter:
+        await send(idle, {"type": "attach"})
+        waiting = await receive(idle, StreamClient(), until="status")
+        assert waiting.states == ["idle"]
+        await send(starter, {"type": "start", "content": "go", "agent": "scripted"})
+        started = await receive(starter, StreamClient(), until="final", timeout=60)
+        if not a.redis:
+            await send(idle, {"type": "attach"})
+        followed = await receive(idle, waiting, until="final", timeout=60)
+    assert started.final_text == followed.final_text == followed.text == ANSWER
