@@ -229,5 +229,28 @@ describe(`two servers (${info.database}${info.redis ? " + Redis" : ", in-memory 
     const close = await closed;
     expect(close.code).toBe(4401);
     expect(close.willReconnect).toBe(false);
+    expect(client.state.refused?.code).toBe("not_authenticated");
+  });
+
+  it("start() on a brand-new id creates the conversation and streams its first turn (before: closed 4404)", async () => {
+    const conversation = crypto.randomUUID();
+    const client = clientOf(conversation, "a");
+    await client.connect();
+    await client.waitFor("status", (frame) => frame.state === "idle");
+    const started = await client.start("go", { agent: "scripted" });
+    const final = await client.untilFinal(); // a new conversation has no earlier final
+    expect(final.message.content).toBe(ANSWER);
+    expect(client.text).toBe(ANSWER);
+    expect(client.state.refused).toBeNull();
+    expect(await storedAnswer(conversation, started.message_id, "b")).toBe(ANSWER);
+  });
+
+  it("a socket the server refuses with 4404 stops and surfaces a RefusedError", async () => {
+    const client = clientOf("not-a-uuid", "a");
+    const refused = client.waitFor("refused");
+    await client.connect();
+    const refusal = await refused;
+    expect(refusal).toMatchObject({ code: "not_found", closeCode: 4404 });
+    expect(client.state.refused).toBe(refusal);
   });
 });
