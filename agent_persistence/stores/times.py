@@ -22,45 +22,11 @@ Times in the past are accepted however old: imported history is old.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
-from typing import Any
-
-from django.utils import timezone
-
-from ..conf import app_settings
-from ..exceptions import Validation
 
 
-def clean_caller_time(value: Any, *, field: str) -> datetime | None:
-    """``value`` as an aware UTC datetime, or None when not given; Validation when it cannot be stored."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise Validation(f"{field} must be an ISO 8601 date and time.", code="invalid_time", field=field) from None
-    if not isinstance(value, datetime):
-        raise Validation(f"{field} must be a date and time.", code="invalid_time", field=field)
-    if value.utcoffset() is None:
-        raise Validation(f"{field} must carry a time zone (Z or +hh:mm).", code="naive_time", field=field)
-    try:
-        value = value.astimezone(dt_timezone.utc)
-    except OverflowError:  # 0001-01-01T00:00+01:00 has no UTC equivalent
-        raise Validation(f"{field} is out of range.", code="invalid_time", field=field) from None
-    skew = app_settings.IMPORT_CLOCK_SKEW
-    if value > timezone.now() + timedelta(seconds=skew):
-        raise Validation(
-            f"{field} is in the future (more than IMPORT_CLOCK_SKEW = {skew} seconds ahead of this server).",
-            code="future_time",
-            field=field,
-            limit=skew,
-        )
-    return value
+from .rules.times import (  # re-exported: these rules moved to agent_persistence/stores/rules/times.py
+    check_not_before as check_not_before,
+    clean_caller_time as clean_caller_time,
+)
 
 
-def check_not_before(later: datetime, earlier: datetime, *, field: str, after: str) -> None:
-    """Validation ``time_out_of_order`` unless ``later`` (the value of ``field``) is ``earlier`` (``after``'s) or later."""
-    if later < earlier:
-        raise Validation(f"{field} is before {after}.", code="time_out_of_order", field=field)

@@ -8,9 +8,16 @@ from django.utils import timezone
 
 from ...models import Activity
 from ...scope import Scope
-from ..activities import clean_activity, clean_activity_list, clean_message_filter, full_list_refused, max_activities
-from ..base import async_twin, lookup_id
-from ..fencing import clean_lease_epoch
+from ..rules.activities import (
+    clean_activity,
+    clean_activity_list,
+    clean_message_filter,
+    full_list_refused,
+    max_activities,
+)
+from ..rules.base import lookup_id
+from ..twins import async_twin
+from ..rules.fencing import clean_lease_epoch
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from ...ids import uuid7
 from ...models import Artifact
 from ...scope import Scope
-from ..artifacts import (
+from ..rules.artifacts import (
     ORDERING,
     artifact_blob_key,
     artifact_id_taken,
@@ -30,11 +30,12 @@ from ..artifacts import (
     run_not_found,
     run_pk,
 )
-from ..base import Page, async_twin, check_scope, clean_object, clean_paging, clean_with_total, parse_id
-from ..blobs import BlobRead, ByteRange, clean_range, read_range
-from ..files import Content, clean_content_type
-from ..generations import MAX_METADATA_BYTES
-from ..times import clean_caller_time
+from ..rules.base import Page, check_scope, clean_object, clean_paging, clean_with_total, parse_id
+from ..twins import async_twin
+from ..rules.blobs import BlobRead, ByteRange, clean_range, read_range
+from ..rules.files import Content, clean_content_type
+from ..rules.generations import MAX_METADATA_BYTES
+from ..rules.times import clean_caller_time
 from .blobs import read_content, write_blob
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone

@@ -17,7 +17,7 @@ from ...conf import app_settings
 from ...exceptions import NotFound
 from ...ids import uuid7
 from ...models import Blob
-from ..blobs import (
+from ..rules.blobs import (
     BlobPage,
     BlobRead,
     ByteRange,
@@ -30,8 +30,8 @@ from ..blobs import (
     new_content_name,
     read_range,
 )
-from ..base import async_twin
-from ..files import Content, clean_content_type, spool_content
+from ..twins import async_twin
+from ..rules.files import Content, clean_content_type, spool_content
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 

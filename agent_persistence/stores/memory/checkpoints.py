@@ -10,9 +10,10 @@ from django.utils import timezone
 from ...exceptions import Fenced
 from ...models import AgentCheckpoint
 from ...scope import Scope
-from ..base import async_twin, lookup_id, parse_id
-from ..checkpoints import clean_state
-from ..supervision import clean_lease_epoch
+from ..rules.base import lookup_id, parse_id
+from ..twins import async_twin
+from ..rules.checkpoints import clean_state
+from ..rules.supervision import clean_lease_epoch
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 

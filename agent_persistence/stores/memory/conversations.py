@@ -20,10 +20,9 @@ from ...exceptions import Conflict, NotFound
 from ...ids import uuid7
 from ...models import Conversation, Message, SupervisionStatus
 from ...scope import Scope
-from ..base import (
+from ..rules.base import (
     UNSET,
     Page,
-    async_twin,
     check_scope,
     clean_datetime,
     clean_json,
@@ -36,7 +35,8 @@ from ..base import (
     page_of_rows,
     parse_id,
 )
-from ..conversations import (
+from ..twins import async_twin
+from ..rules.conversations import (
     SavedThread,
     check_thread_tag,
     clean_thread_tag,

@@ -12,8 +12,9 @@ from ...conf import app_settings
 from ...exceptions import Validation
 from ...models import Event
 from ...scope import Scope
-from ..base import async_twin, check_scope, clean_datetime, clean_order, clean_paging
-from ..events import (
+from ..rules.base import check_scope, clean_datetime, clean_order, clean_paging
+from ..twins import async_twin
+from ..rules.events import (
     EventPage,
     EventSummary,
     _clean_batch,

@@ -20,8 +20,18 @@ from ...exceptions import NotFound, Validation
 from ...ids import uuid7
 from ...models import StoredFile
 from ...scope import Scope
-from ..base import Page, async_twin, check_scope, clean_datetime, clean_order, clean_paging, clean_text, clean_with_total, lookup_id
-from ..files import (
+from ..rules.base import (
+    Page,
+    check_scope,
+    clean_datetime,
+    clean_order,
+    clean_paging,
+    clean_text,
+    clean_with_total,
+    lookup_id,
+)
+from ..twins import async_twin
+from ..rules.files import (
     DEFAULT_CONTENT_TYPE,
     Content,
     clean_content_type,

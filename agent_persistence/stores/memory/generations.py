@@ -9,9 +9,10 @@ from django.utils import timezone
 from ...exceptions import Conflict, ConversationNotOwned, NotFound, Validation
 from ...models import GenerationRun
 from ...scope import Scope
-from ..base import UNSET, async_twin, check_scope, clean_object, clean_text, lookup_id, parse_id
-from ..generations import MAX_METADATA_BYTES, changes_of, clean_kind, clean_slot, generation_not_found
-from ..times import clean_caller_time
+from ..rules.base import UNSET, check_scope, clean_object, clean_text, lookup_id, parse_id
+from ..twins import async_twin
+from ..rules.generations import MAX_METADATA_BYTES, changes_of, clean_kind, clean_slot, generation_not_found
+from ..rules.times import clean_caller_time
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 

@@ -10,8 +10,9 @@ from django.utils import timezone
 from ...exceptions import Conflict, Validation
 from ...models import FINISHED_RUN_STATUSES, Interrupt, InterruptStatus
 from ...scope import Scope
-from ..base import async_twin, check_scope, clean_datetime, clean_epoch, clean_text, parse_id
-from ..interrupts import (
+from ..rules.base import check_scope, clean_datetime, clean_epoch, clean_text, parse_id
+from ..twins import async_twin
+from ..rules.interrupts import (
     EXPIRED_RESPONSE,
     Answer,
     already_answered,
@@ -26,8 +27,8 @@ from ..interrupts import (
     interrupt_not_found,
     settled_values,
 )
-from ..runs import clean_run_id, run_finished, run_not_found
-from ..times import clean_caller_time
+from ..rules.runs import clean_run_id, run_finished, run_not_found
+from ..rules.times import clean_caller_time
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 from .runs import MemoryRunStore
 

@@ -8,8 +8,9 @@ from typing import Any
 from ...conf import app_settings
 from ...exceptions import Validation
 from ...models import Lease
-from ..base import Page, async_twin, clean_object, clean_paging, clean_text
-from ..leases import KEY_MAX_LENGTH, LeaseResult, _clean_holder, _clean_key, _clean_now, _clean_tenant, _expiry
+from ..rules.base import Page, clean_object, clean_paging, clean_text
+from ..twins import async_twin
+from ..rules.leases import KEY_MAX_LENGTH, LeaseResult, _clean_holder, _clean_key, _clean_now, _clean_tenant, _expiry
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 

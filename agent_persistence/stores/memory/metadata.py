@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from ...models import MetadataEntry
 from ...scope import Scope
-from ..base import async_twin, check_scope
-from ..metadata import clean_name, encode_value
+from ..rules.base import check_scope
+from ..twins import async_twin
+from ..rules.metadata import clean_name, encode_value
 from .database import DEFAULT_DATABASE, MemoryDatabase
 
 

@@ -12,8 +12,9 @@ from ...conf import app_settings
 from ...exceptions import Validation
 from ...models import StreamRecording
 from ...scope import Scope
-from ..base import async_twin, clean_datetime, lookup_id, parse_id
-from ..recordings import RecordingWrite, clean_batch, clean_record
+from ..rules.base import clean_datetime, lookup_id, parse_id
+from ..twins import async_twin
+from ..rules.recordings import RecordingWrite, clean_batch, clean_record
 from .database import DEFAULT_DATABASE, RUNNING, MemoryDatabase, clone
 
 

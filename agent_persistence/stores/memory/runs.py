@@ -10,9 +10,8 @@ from django.utils import timezone
 from ...exceptions import Conflict, ConversationNotOwned
 from ...models import Conversation, Run, RunStatus
 from ...scope import Scope
-from ..base import (
+from ..rules.base import (
     Page,
-    async_twin,
     check_scope,
     clean_datetime,
     clean_epoch,
@@ -22,7 +21,8 @@ from ..base import (
     clean_with_total,
     parse_id,
 )
-from ..runs import (
+from ..twins import async_twin
+from ..rules.runs import (
     OPEN_RUN_STATUSES,
     STUCK_RUN_ERROR,
     add_counters,
@@ -38,7 +38,7 @@ from ..runs import (
     run_not_found,
     set_counters,
 )
-from ..times import clean_caller_time
+from ..rules.times import clean_caller_time
 from .conversations import page_of, past_cursors
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 

@@ -19,9 +19,10 @@ from ...conf import app_settings
 from ...exceptions import Busy, Gone, NotFound, Validation
 from ...models import SupervisionStatus, TurnSupervision
 from ...scope import Scope
-from ..base import async_twin, clean_datetime, lookup_id, parse_id
-from ..fencing import clean_entries
-from ..supervision import (
+from ..rules.base import clean_datetime, lookup_id, parse_id
+from ..twins import async_twin
+from ..rules.fencing import clean_entries
+from ..rules.supervision import (
     FINISHED_STATUSES,
     RUNNING,
     Claim,

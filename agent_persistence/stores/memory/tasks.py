@@ -11,8 +11,20 @@ from ...exceptions import NotFound, StorageLimit
 from ...ids import uuid7
 from ...models import Task, TaskStatus
 from ...scope import Scope
-from ..base import UNSET, Page, async_twin, check_scope, clean_order, clean_paging, clean_text, clean_with_total, json_size, lookup_id, parse_id
-from ..tasks import (
+from ..rules.base import (
+    UNSET,
+    Page,
+    check_scope,
+    clean_order,
+    clean_paging,
+    clean_text,
+    clean_with_total,
+    json_size,
+    lookup_id,
+    parse_id,
+)
+from ..twins import async_twin
+from ..rules.tasks import (
     MAX_NAME_LENGTH,
     clean_callback_url,
     clean_description,

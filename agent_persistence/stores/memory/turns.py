@@ -22,12 +22,13 @@ from ...ids import uuid7
 from ...models import Conversation, Message, Run, TurnSupervision
 from ...scope import Scope
 from ...statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus
-from ..base import async_twin, check_scope, lookup_id, parse_id
-from ..conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message
+from ..rules.base import check_scope, lookup_id, parse_id
+from ..twins import async_twin
+from ..rules.conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message
 from ..protocols import Continuation, Seal, TurnPlan, TurnView
-from ..runs import clean_error
-from ..supervision import clean_replica, is_dead, occupant_of, status_of
-from ..turns import (
+from ..rules.runs import clean_error
+from ..rules.supervision import clean_replica, is_dead, occupant_of, status_of
+from ..rules.turns import (
     FORCE_RELEASED,
     PRODUCER_LOST,
     TURN_ENDED,
