@@ -25,12 +25,17 @@ from django.core.signals import setting_changed
 from ..conf import app_settings
 from .family import SLOT_BY_SETTING, Stores, family_builder
 from .protocols import (
+    ActivityStoreProtocol,
+    ArtifactStoreProtocol,
+    BlobStoreProtocol,
     CheckpointStoreProtocol,
     ConversationStoreProtocol,
     EventStoreProtocol,
     FileStoreProtocol,
+    GenerationRunStoreProtocol,
     InterruptStoreProtocol,
     LeaseStoreProtocol,
+    MetadataStoreProtocol,
     RecordingStoreProtocol,
     RunStoreProtocol,
     SupervisionStoreProtocol,
@@ -147,12 +152,6 @@ def activity_store() -> ActivityStoreProtocol:
 
 def metadata_store() -> MetadataStoreProtocol:
     return cast(MetadataStoreProtocol, get_store("METADATA_STORE"))
-
-
-from .protocols import ActivityStoreProtocol, MetadataStoreProtocol  # noqa: E402
-# -- blobs, artifacts and generation runs (issue 11) ---------------------------------------------
-
-from .protocols import ArtifactStoreProtocol, BlobStoreProtocol, GenerationRunStoreProtocol  # noqa: E402
 
 
 def blob_store() -> BlobStoreProtocol:

@@ -27,8 +27,15 @@ from django.utils import timezone
 from ..exceptions import NotFound
 from ..models import Activity
 from ..scope import Scope
-from .base import async_twin, readable_conversation, writable_conversation
+from .base import readable_conversation, writable_conversation
 from .fencing import fence
+from .protocols import ActivityStoreProtocol
+from .rules.activities import (  # re-exported: these rules moved to agent_persistence/stores/rules/activities.py
+    ACTIVITY_FIELDS as ACTIVITY_FIELDS,
+    MAX_ACTIVITY_TYPE_LENGTH as MAX_ACTIVITY_TYPE_LENGTH,
+    clean_activity_type as clean_activity_type,
+    _optional_id as _optional_id,
+)
 from .rules.activities import (
     clean_activity,
     clean_activity_list,
@@ -36,12 +43,7 @@ from .rules.activities import (
     full_list_refused,
     max_activities,
 )
-from .rules.activities import (  # re-exported: these rules moved to agent_persistence/stores/rules/activities.py
-    ACTIVITY_FIELDS as ACTIVITY_FIELDS,
-    MAX_ACTIVITY_TYPE_LENGTH as MAX_ACTIVITY_TYPE_LENGTH,
-    clean_activity_type as clean_activity_type,
-    _optional_id as _optional_id,
-)
+from .twins import twins_of
 
 
 def activity_as_json(row: Activity) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def activity_as_json(row: Activity) -> dict[str, Any]:
     }
 
 
-class ActivityStore:
+class ActivityStore(twins_of(ActivityStoreProtocol)):
     """The activity rows of each conversation, on the Django ORM."""
 
     def list(self, scope: Scope, conversation_id: Any, *, message_id: Any = None) -> list[Activity]:
@@ -137,7 +139,3 @@ class ActivityStore:
                 )
         except IntegrityError:
             raise NotFound("No such conversation.") from None
-
-    alist = async_twin("list")
-    asave = async_twin("save")
-    aput = async_twin("put")

@@ -30,7 +30,6 @@ from ..models import Artifact, Blob, Conversation, GenerationRun, Run
 from ..scope import Scope
 from .base import (
     Page,
-    async_twin,
     check_scope,
     clean_object,
     clean_paging,
@@ -54,7 +53,11 @@ from .blobs import (
 )
 from .files import Content, clean_content_type
 from .generations import MAX_METADATA_BYTES, visible_generation_runs, writable_generation_run
-from .times import clean_caller_time
+from .protocols import ArtifactStoreProtocol
+from .rules.artifacts import (  # re-exported: these rules moved to agent_persistence/stores/rules/artifacts.py
+    MAX_SOURCE_URL_LENGTH as MAX_SOURCE_URL_LENGTH,
+    _source_url as _source_url,
+)
 from .rules.artifacts import (
     ORDERING,
     artifact_blob_key,
@@ -69,10 +72,8 @@ from .rules.artifacts import (
     run_not_found,
     run_pk,
 )
-from .rules.artifacts import (  # re-exported: these rules moved to agent_persistence/stores/rules/artifacts.py
-    MAX_SOURCE_URL_LENGTH as MAX_SOURCE_URL_LENGTH,
-    _source_url as _source_url,
-)
+from .times import clean_caller_time
+from .twins import twins_of
 
 
 def visible_artifacts(scope: Scope) -> Any:
@@ -126,7 +127,7 @@ def writable_target(scope: Scope, run_id: Any, *, for_update: bool = False) -> R
     return RunTarget(generation_run=writable_generation_run(scope, target.pk, for_update=for_update))
 
 
-class ArtifactStore:
+class ArtifactStore(twins_of(ArtifactStoreProtocol)):
     """Artifacts through the ORM, their bytes in the blob store; see ``docs/reference/stores/artifacts.md``."""
 
     def save(
@@ -309,14 +310,3 @@ class ArtifactStore:
             target = writable_target(scope, run_id)
             _, deleted = Artifact.objects.filter(target.filter()).delete()
             return deleted.get(Artifact._meta.label, 0)
-
-    asave = async_twin("save")
-    asave_record = async_twin("save_record")
-    aget = async_twin("get")
-    aopen = async_twin("open")
-    aread = async_twin("read")
-    alist_by_run = async_twin("list_by_run")
-    alist_by_conversation = async_twin("list_by_conversation")
-    adelete = async_twin("delete")
-    adelete_for_run = async_twin("delete_for_run")
-

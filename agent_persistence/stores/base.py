@@ -28,14 +28,6 @@ from .. import json_policy
 from ..exceptions import ConversationNotOwned, NotFound, Validation
 from ..models import Conversation
 from ..scope import Scope
-from .twins import async_twin as async_twin, heal_connections as heal_connections, healed as healed
-from .rules.base import (
-    can_read,
-    Page,
-    check_scope,
-    clean_with_total,
-    lookup_id,
-)
 from .rules.base import (  # re-exported: these rules moved to agent_persistence/stores/rules/base.py
     MAX_EPOCH as MAX_EPOCH,
     MAX_OFFSET as MAX_OFFSET,
@@ -52,7 +44,16 @@ from .rules.base import (  # re-exported: these rules moved to agent_persistence
     page_of_rows as page_of_rows,
     parse_id as parse_id,
 )
-
+from .rules.base import (
+    Page,
+    can_read,
+    check_scope,
+    clean_with_total,
+    lookup_id,
+)
+from .twins import async_twin as async_twin
+from .twins import heal_connections as heal_connections
+from .twins import healed as healed
 
 # -- cleaning input ---------------------------------------------------------------------------
 

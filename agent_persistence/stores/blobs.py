@@ -34,8 +34,15 @@ from ..conf import app_settings
 from ..exceptions import Conflict, NotFound
 from ..models import Blob
 from ..models.artifacts import blob_storage
-from .base import async_twin
 from .files import Content, clean_content_type, spool_content
+from .protocols import BlobStoreProtocol
+from .rules.blobs import (  # re-exported: these rules moved to agent_persistence/stores/rules/blobs.py
+    MAX_CUSTOM_METADATA_KEY as MAX_CUSTOM_METADATA_KEY,
+    MAX_CUSTOM_METADATA_PAIRS as MAX_CUSTOM_METADATA_PAIRS,
+    MAX_CUSTOM_METADATA_VALUE as MAX_CUSTOM_METADATA_VALUE,
+    _CONTROL_CHARACTERS as _CONTROL_CHARACTERS,
+    _clean_key_text as _clean_key_text,
+)
 from .rules.blobs import (
     BlobPage,
     BlobRead,
@@ -49,13 +56,7 @@ from .rules.blobs import (
     new_content_name,
     read_range,
 )
-from .rules.blobs import (  # re-exported: these rules moved to agent_persistence/stores/rules/blobs.py
-    MAX_CUSTOM_METADATA_KEY as MAX_CUSTOM_METADATA_KEY,
-    MAX_CUSTOM_METADATA_PAIRS as MAX_CUSTOM_METADATA_PAIRS,
-    MAX_CUSTOM_METADATA_VALUE as MAX_CUSTOM_METADATA_VALUE,
-    _CONTROL_CHARACTERS as _CONTROL_CHARACTERS,
-    _clean_key_text as _clean_key_text,
-)
+from .twins import twins_of
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def open_blob(blob: Blob) -> IO[bytes]:
 # -- the store ----------------------------------------------------------------------------------
 
 
-class BlobStore:
+class BlobStore(twins_of(BlobStoreProtocol)):
     """Bytes under caller keys, per tenant: rows through the ORM, bytes through Django's storage API."""
 
     def put(
@@ -267,10 +268,3 @@ class BlobStore:
         found = list(blobs.order_by("key")[: limit + 1])
         items = found[:limit]
         return BlobPage(items=items, next_cursor=items[-1].key if len(found) > limit else None)
-
-    aput = async_twin("put")
-    ahead = async_twin("head")
-    aopen = async_twin("open")
-    aget = async_twin("get")
-    adelete = async_twin("delete")
-    alist = async_twin("list")

@@ -15,7 +15,6 @@ import uuid
 import weakref
 from typing import Any
 
-
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, ProgrammingError, connection, connections, transaction
 from django.utils import timezone
 
@@ -23,18 +22,19 @@ from ..exceptions import Fenced
 from ..models import AgentCheckpoint, TurnSupervision
 from ..scope import Scope
 from ..statuses import SupervisionStatus
-from .base import Utf8Text, async_twin, execute_bound, lookup_id, parse_id, readable_conversation
+from .base import Utf8Text, execute_bound, lookup_id, parse_id, readable_conversation
 from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, lock_wait_milliseconds, upsert_unless_newer
-from .rules.checkpoints import (
-    encode_state,
-    encode_state_utf8,
-)
+from .protocols import CheckpointStoreProtocol
 from .rules.checkpoints import (  # re-exported: these rules moved to agent_persistence/stores/rules/checkpoints.py
     ORJSON_OPTIONS as ORJSON_OPTIONS,
     clean_state as clean_state,
     _encode_other as _encode_other,
 )
-
+from .rules.checkpoints import (
+    encode_state,
+    encode_state_utf8,
+)
+from .twins import twins_of
 
 #: The save function of migration 0011 (as 0013 replaced it) and its call (the casts pick the signature whatever psycopg binds).
 SAVE_FUNCTION = "agent_persistence_save_checkpoint"
@@ -117,7 +117,7 @@ def _save_sql() -> str:
     )
 
 
-class CheckpointStore:
+class CheckpointStore(twins_of(CheckpointStoreProtocol)):
     """The agent checkpoint of each conversation."""
 
     def load(self, conversation_id: Any) -> dict[str, Any]:
@@ -208,10 +208,3 @@ class CheckpointStore:
     def read(self, conversation_id: Any) -> AgentCheckpoint | None:
         """The stored checkpoint (state, size, message_id, epoch, saved_at), unscoped; None when none was saved."""
         return AgentCheckpoint.objects.filter(pk=lookup_id(conversation_id)).first()
-
-    aload = async_twin("load")
-    aread = async_twin("read")
-    aload_for = async_twin("load_for")
-    asave = async_twin("save")
-    asave_many = async_twin("save_many")
-    adelete = async_twin("delete")

@@ -34,7 +34,6 @@ from .base import (
     UNSET,
     Page,
     Statement,
-    async_twin,
     bump_counter,
     check_scope,
     check_writable,
@@ -56,6 +55,7 @@ from .base import (
     writable_conversation,
 )
 from .fencing import lock_turn
+from .protocols import ConversationStoreProtocol
 from .rules.conversations import (
     ID_TAKEN_MESSAGE,
     MessageInput,
@@ -89,7 +89,7 @@ from .rules.conversations import (  # re-exported: these rules moved to agent_pe
     is_pinned as is_pinned,
     same_value as same_value,
 )
-
+from .twins import twins_of
 
 # -- cleaning conversation fields -------------------------------------------------------------
 
@@ -303,7 +303,7 @@ def save_thread(pk: uuid.UUID, incoming: list[MessageInput], *, merge: bool, now
     return transcript(pk)
 
 
-class ConversationStore:
+class ConversationStore(twins_of(ConversationStoreProtocol)):
     """Conversations and messages on the Django ORM; see ``docs/reference/stores/conversations.md``."""
 
     # -- conversations ------------------------------------------------------------------------
@@ -661,18 +661,3 @@ class ConversationStore:
                 return SavedThread(saved, saved_tag(pk))
         except IntegrityError:
             raise message_conflict((message.id for message in incoming), merged_into=pk) from None
-
-    acreate = async_twin("create")
-    aget = async_twin("get")
-    alist = async_twin("list")
-    aupdate = async_twin("update")
-    aupdate_if = async_twin("update_if")
-    adelete = async_twin("delete")
-    ashare = async_twin("share")
-    aappend_message = async_twin("append_message")
-    aget_message = async_twin("get_message")
-    alist_messages = async_twin("list_messages")
-    aupdate_message = async_twin("update_message")
-    adelete_message = async_twin("delete_message")
-    amerge_messages = async_twin("merge_messages")
-    areplace_messages = async_twin("replace_messages")

@@ -24,7 +24,6 @@ from ..models import Conversation, Event
 from ..scope import Scope
 from . import appends
 from .base import (
-    async_twin,
     bump_counter,
     check_scope,
     clean_datetime,
@@ -35,6 +34,17 @@ from .base import (
     readable,
     readable_conversation,
     writable_conversation,
+)
+from .protocols import EventStoreProtocol
+from .rules.events import (  # re-exported: these rules moved to agent_persistence/stores/rules/events.py
+    EVENT_KEYS as EVENT_KEYS,
+    IDLE_EVENT as IDLE_EVENT,
+    RUNNING_EVENT as RUNNING_EVENT,
+    STOP_REASON_MAX_LENGTH as STOP_REASON_MAX_LENGTH,
+    TYPE_MAX_LENGTH as TYPE_MAX_LENGTH,
+    _CleanEvent as _CleanEvent,
+    _check_stop_reason as _check_stop_reason,
+    _clean_event as _clean_event,
 )
 from .rules.events import (
     EventPage,
@@ -47,19 +57,10 @@ from .rules.events import (
     _parseable_ids,
     _stop_reason_after,
 )
-from .rules.events import (  # re-exported: these rules moved to agent_persistence/stores/rules/events.py
-    EVENT_KEYS as EVENT_KEYS,
-    IDLE_EVENT as IDLE_EVENT,
-    RUNNING_EVENT as RUNNING_EVENT,
-    STOP_REASON_MAX_LENGTH as STOP_REASON_MAX_LENGTH,
-    TYPE_MAX_LENGTH as TYPE_MAX_LENGTH,
-    _CleanEvent as _CleanEvent,
-    _check_stop_reason as _check_stop_reason,
-    _clean_event as _clean_event,
-)
+from .twins import twins_of
 
 
-class EventStore:
+class EventStore(twins_of(EventStoreProtocol)):
     """Append, read, summarise and prune the per-conversation event log."""
 
     def append(
@@ -175,10 +176,3 @@ class EventStore:
         oldest = Event.objects.filter(created_at__lt=cutoff).order_by("created_at", "id").values("pk")[:limit]
         deleted, _ = Event.objects.filter(pk__in=oldest).delete()
         return deleted
-
-    aappend = async_twin("append")
-    alist = async_twin("list")
-    asummary = async_twin("summary")
-    aprune = async_twin("prune")
-
-

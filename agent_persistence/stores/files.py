@@ -31,7 +31,6 @@ from ..models import Conversation, Message, StoredFile
 from ..scope import Scope
 from .base import (
     Page,
-    async_twin,
     check_scope,
     clean_datetime,
     clean_order,
@@ -44,14 +43,7 @@ from .base import (
     readable_conversation,
     writable_conversation,
 )
-from .rules.files import (
-    Content,
-    DEFAULT_CONTENT_TYPE,
-    clean_content_type,
-    clean_file_name,
-    clean_sweep_limit,
-    spool_content,
-)
+from .protocols import FileStoreProtocol
 from .rules.files import (  # re-exported: these rules moved to agent_persistence/stores/rules/files.py
     MAX_CONTENT_TYPE_LENGTH as MAX_CONTENT_TYPE_LENGTH,
     MAX_NAME_LENGTH as MAX_NAME_LENGTH,
@@ -65,6 +57,15 @@ from .rules.files import (  # re-exported: these rules moved to agent_persistenc
     _refuse_size as _refuse_size,
     _rewind as _rewind,
 )
+from .rules.files import (
+    DEFAULT_CONTENT_TYPE,
+    Content,
+    clean_content_type,
+    clean_file_name,
+    clean_sweep_limit,
+    spool_content,
+)
+from .twins import twins_of
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def visible_files(scope: Scope) -> Any:
     return StoredFile.objects.filter(conversation__in=Conversation.objects.filter(readable(scope)))
 
 
-class FileStore:
+class FileStore(twins_of(FileStoreProtocol)):
     """Files of conversations: records through the ORM, content through Django's storage API."""
 
     def save(
@@ -231,13 +232,6 @@ class FileStore:
             _, deleted = StoredFile.objects.filter(pk__in=claimed).delete()
             return deleted.get(StoredFile._meta.label, 0)
 
-    asave = async_twin("save")
-    aget = async_twin("get")
-    aopen = async_twin("open")
-    aread = async_twin("read")
-    alist = async_twin("list")
-    adelete = async_twin("delete")
-    apurge_expired = async_twin("purge_expired")
 
     # -- internals ----------------------------------------------------------------------------
 

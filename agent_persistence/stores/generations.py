@@ -27,7 +27,6 @@ from ..models import Conversation, GenerationRun
 from ..scope import Scope
 from .base import (
     UNSET,
-    async_twin,
     check_scope,
     clean_object,
     clean_text,
@@ -36,7 +35,13 @@ from .base import (
     readable,
     writable_conversation,
 )
-from .times import clean_caller_time
+from .protocols import GenerationRunStoreProtocol
+from .rules.generations import (  # re-exported: these rules moved to agent_persistence/stores/rules/generations.py
+    MAX_ARTIFACT_REFS as MAX_ARTIFACT_REFS,
+    clean_artifact_refs as clean_artifact_refs,
+    clean_error as clean_error,
+    clean_generation_status as clean_generation_status,
+)
 from .rules.generations import (
     MAX_METADATA_BYTES,
     changes_of,
@@ -44,13 +49,8 @@ from .rules.generations import (
     clean_slot,
     generation_not_found,
 )
-from .rules.generations import (  # re-exported: these rules moved to agent_persistence/stores/rules/generations.py
-    MAX_ARTIFACT_REFS as MAX_ARTIFACT_REFS,
-    clean_artifact_refs as clean_artifact_refs,
-    clean_error as clean_error,
-    clean_generation_status as clean_generation_status,
-)
-
+from .times import clean_caller_time
+from .twins import twins_of
 
 # -- cleaning input ---------------------------------------------------------------------------
 
@@ -79,7 +79,7 @@ def writable_generation_run(scope: Scope, run_id: Any, *, for_update: bool = Fal
 # -- the store ----------------------------------------------------------------------------------
 
 
-class GenerationRunStore:
+class GenerationRunStore(twins_of(GenerationRunStoreProtocol)):
     """Generation runs through the ORM; see ``docs/reference/stores/generations.md``."""
 
     def create_or_resume(
@@ -195,10 +195,3 @@ class GenerationRunStore:
             deleted, _ = GenerationRun.objects.filter(pk=run.pk).delete()
             if not deleted:
                 raise generation_not_found()
-
-    acreate_or_resume = async_twin("create_or_resume")
-    aget = async_twin("get")
-    aupdate = async_twin("update")
-    alatest = async_twin("latest")
-    adelete = async_twin("delete")
-

@@ -30,7 +30,6 @@ from ..exceptions import Conflict, Validation
 from ..models import FINISHED_RUN_STATUSES, Conversation, Interrupt, InterruptStatus, Run
 from ..scope import Scope
 from .base import (
-    async_twin,
     check_scope,
     clean_datetime,
     clean_epoch,
@@ -41,11 +40,17 @@ from .base import (
     writable_conversation,
 )
 from .fencing import guard, producer_conversation
-from .runs import clean_run_id, readable_run, run_finished, run_not_found
-from .times import clean_caller_time
+from .protocols import InterruptStoreProtocol
+from .rules.interrupts import (  # re-exported: these rules moved to agent_persistence/stores/rules/interrupts.py
+    ENTRY_KEYS as ENTRY_KEYS,
+    entry_status as entry_status,
+    expired as expired,
+    is_lapsed as is_lapsed,
+    same_json as same_json,
+)
 from .rules.interrupts import (
-    Answer,
     EXPIRED_RESPONSE,
+    Answer,
     already_answered,
     answers_to_write,
     check_resolved_at,
@@ -58,14 +63,9 @@ from .rules.interrupts import (
     interrupt_not_found,
     settled_values,
 )
-from .rules.interrupts import expired as expired
-from .rules.interrupts import (  # re-exported: these rules moved to agent_persistence/stores/rules/interrupts.py
-    ENTRY_KEYS as ENTRY_KEYS,
-    entry_status as entry_status,
-    is_lapsed as is_lapsed,
-    same_json as same_json,
-)
-
+from .runs import clean_run_id, readable_run, run_finished, run_not_found
+from .times import clean_caller_time
+from .twins import twins_of
 
 #: How often a batch that lost a race is judged again before giving up.
 COMMIT_ATTEMPTS = 3
@@ -106,7 +106,7 @@ def check_not_empty(conversation: Conversation, batch: list[Answer]) -> None:
         )
 
 
-class InterruptStore:
+class InterruptStore(twins_of(InterruptStoreProtocol)):
     """Interrupts: insert-if-absent creation, atomic batch answers, cancellation and the lapse sweep."""
 
     # -- creating ---------------------------------------------------------------------------
@@ -361,13 +361,3 @@ class InterruptStore:
             if len(lapsed) < size:
                 break
         return expired
-
-    acreate = async_twin("create")
-    aget = async_twin("get")
-    alist = async_twin("list")
-    apending = async_twin("pending")
-    ahas_pending = async_twin("has_pending")
-    acommit_batch = async_twin("commit_batch")
-    acancel = async_twin("cancel")
-    acancel_pending = async_twin("cancel_pending")
-    aexpire_lapsed = async_twin("expire_lapsed")

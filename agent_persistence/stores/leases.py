@@ -21,7 +21,13 @@ from django.db.models.functions import Substr
 from ..conf import app_settings
 from ..exceptions import Conflict, Validation
 from ..models import Lease
-from .base import Page, async_twin, clean_object, clean_paging, clean_text, paginate
+from .base import Page, clean_object, clean_paging, clean_text, paginate
+from .protocols import LeaseStoreProtocol
+from .rules.leases import (  # re-exported: these rules moved to agent_persistence/stores/rules/leases.py
+    HOLDER_MAX_LENGTH as HOLDER_MAX_LENGTH,
+    TENANT_MAX_LENGTH as TENANT_MAX_LENGTH,
+    _clean_name as _clean_name,
+)
 from .rules.leases import (
     KEY_MAX_LENGTH,
     LeaseResult,
@@ -31,19 +37,14 @@ from .rules.leases import (
     _clean_tenant,
     _expiry,
 )
-from .rules.leases import (  # re-exported: these rules moved to agent_persistence/stores/rules/leases.py
-    HOLDER_MAX_LENGTH as HOLDER_MAX_LENGTH,
-    TENANT_MAX_LENGTH as TENANT_MAX_LENGTH,
-    _clean_name as _clean_name,
-)
-
+from .twins import twins_of
 
 # Each retry follows a write that beat ours, after which the row is normally live and the answer
 # settles; the bound guards against churn (acquire/release loops) and clocks skewed beyond the ttl.
 MAX_ATTEMPTS = 5
 
 
-class LeaseStore:
+class LeaseStore(twins_of(LeaseStoreProtocol)):
     """Acquire, renew, release, flag and list keyed leases within a tenant."""
 
     def acquire(
@@ -166,14 +167,6 @@ class LeaseStore:
         now = _clean_now(now)
         return paginate(queryset.filter(expires_at__lte=now).order_by("expires_at", "key"), limit, offset)
 
-    aacquire = async_twin("acquire")
-    arenew = async_twin("renew")
-    arelease = async_twin("release")
-    amark_cancel = async_twin("mark_cancel")
-    aget = async_twin("get")
-    alist_live = async_twin("list_live")
-    alist_expired = async_twin("list_expired")
-
 
 def _insert(
     tenant: str, key: str, holder: str, now: datetime, expires_at: datetime, metadata: dict[str, Any] | None
@@ -199,5 +192,3 @@ def _prefixed(tenant: Any, prefix: Any, limit: Any, offset: Any) -> tuple[Any, i
         queryset = queryset.filter(key__startswith=prefix).alias(key_head=Substr("key", 1, len(prefix)))
         queryset = queryset.filter(key_head=prefix)
     return queryset, limit, offset
-
-

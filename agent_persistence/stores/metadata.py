@@ -19,17 +19,19 @@ from django.utils import timezone
 
 from ..models import MetadataEntry
 from ..scope import Scope
-from .base import async_twin, check_scope
+from .base import check_scope
+from .protocols import MetadataStoreProtocol
+from .rules.metadata import (  # re-exported: these rules moved to agent_persistence/stores/rules/metadata.py
+    MAX_NAME_LENGTH as MAX_NAME_LENGTH,
+)
 from .rules.metadata import (
     clean_name,
     encode_value,
 )
-from .rules.metadata import (  # re-exported: these rules moved to agent_persistence/stores/rules/metadata.py
-    MAX_NAME_LENGTH as MAX_NAME_LENGTH,
-)
+from .twins import twins_of
 
 
-class MetadataStore:
+class MetadataStore(twins_of(MetadataStoreProtocol)):
     """Namespaced key/value entries of each tenant, on the Django ORM."""
 
     def get(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:
@@ -66,7 +68,3 @@ class MetadataStore:
             tenant=scope.tenant, namespace=clean_name(namespace, "namespace"), key=clean_name(key, "key")
         ).delete()
         return bool(deleted)
-
-    aget = async_twin("get")
-    aset = async_twin("set")
-    adelete = async_twin("delete")

@@ -23,16 +23,18 @@ from ..conf import app_settings
 from ..exceptions import Validation
 from ..models import StreamRecording, SupervisionStatus
 from ..scope import Scope
-from .base import async_twin, clean_datetime, lookup_id, parse_id, readable_conversation
+from .base import clean_datetime, lookup_id, parse_id, readable_conversation
 from .fencing import fence, fence_many, limit_lock_wait, upsert_unless_newer
+from .protocols import RecordingStoreProtocol
+from .rules.recordings import (  # re-exported: these rules moved to agent_persistence/stores/rules/recordings.py
+    RECORD_KEYS as RECORD_KEYS,
+)
 from .rules.recordings import (
     RecordingWrite,
     clean_batch,
     clean_record,
 )
-from .rules.recordings import (  # re-exported: these rules moved to agent_persistence/stores/rules/recordings.py
-    RECORD_KEYS as RECORD_KEYS,
-)
+from .twins import twins_of
 
 
 def upsert(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
@@ -51,7 +53,7 @@ def upsert(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
     return upsert_unless_newer(StreamRecording, rows)
 
 
-class RecordingStore:
+class RecordingStore(twins_of(RecordingStoreProtocol)):
     """The stream recording of each conversation."""
 
     def put(self, conversation_id: Any, *, message_id: Any, index: int, message: dict[str, Any], epoch: int) -> bool:
@@ -127,11 +129,3 @@ class RecordingStore:
         # The conditions are checked again by the DELETE: a record written since is kept.
         deleted, _ = StreamRecording.objects.filter(purgeable, pk__in=batch).delete()
         return deleted
-
-    aput = async_twin("put")
-    aput_many = async_twin("put_many")
-    aread = async_twin("read")
-    aread_unscoped = async_twin("read_unscoped")
-    adelete = async_twin("delete")
-    apurge = async_twin("purge")
-

@@ -33,7 +33,6 @@ from ..models import Conversation, Run, RunStatus
 from ..scope import Scope
 from .base import (
     Page,
-    async_twin,
     check_scope,
     clean_datetime,
     clean_epoch,
@@ -48,7 +47,16 @@ from .base import (
     readable_conversation,
 )
 from .fencing import guard, producer_conversation
-from .times import clean_caller_time
+from .protocols import RunStoreProtocol
+from .rules.runs import (  # re-exported: these rules moved to agent_persistence/stores/rules/runs.py
+    DEFAULT_ERROR_CODE as DEFAULT_ERROR_CODE,
+    ERROR_KEYS as ERROR_KEYS,
+    MAX_COUNTER as MAX_COUNTER,
+    MAX_TRANSCRIPT_MESSAGES as MAX_TRANSCRIPT_MESSAGES,
+    TRANSCRIPT_FIELDS as TRANSCRIPT_FIELDS,
+    clean_age as clean_age,
+    is_counter as is_counter,
+)
 from .rules.runs import (
     OPEN_RUN_STATUSES,
     STUCK_RUN_ERROR,
@@ -65,16 +73,8 @@ from .rules.runs import (
     run_not_found,
     set_counters,
 )
-from .rules.runs import (  # re-exported: these rules moved to agent_persistence/stores/rules/runs.py
-    DEFAULT_ERROR_CODE as DEFAULT_ERROR_CODE,
-    ERROR_KEYS as ERROR_KEYS,
-    MAX_COUNTER as MAX_COUNTER,
-    MAX_TRANSCRIPT_MESSAGES as MAX_TRANSCRIPT_MESSAGES,
-    TRANSCRIPT_FIELDS as TRANSCRIPT_FIELDS,
-    clean_age as clean_age,
-    is_counter as is_counter,
-)
-
+from .times import clean_caller_time
+from .twins import twins_of
 
 # -- errors -----------------------------------------------------------------------------------
 
@@ -127,7 +127,7 @@ def current_status(run_id: uuid.UUID) -> str:
     return status
 
 
-class RunStore:
+class RunStore(twins_of(RunStoreProtocol)):
     """Runs of the agent loop: create-or-resume, status moves, usage, cancellation."""
 
     # -- creating ---------------------------------------------------------------------------
@@ -402,20 +402,3 @@ class RunStore:
             status=RunStatus.ABORTED, error=error, finished_at=timezone.now()
         )
         return aborted == 1
-
-    acreate_or_resume = async_twin("create_or_resume")
-    aget = async_twin("get")
-    afind_active_run = async_twin("find_active_run")
-    alist = async_twin("list")
-    achildren = async_twin("children")
-    alist_by_parent_run = achildren
-    alist_reclaimable = async_twin("list_reclaimable")
-    ais_cancel_requested = async_twin("is_cancel_requested")
-    aadd_usage = async_twin("add_usage")
-    aset_usage = async_twin("set_usage")
-    aset_status = async_twin("set_status")
-    afinish = async_twin("finish")
-    amark_detached = async_twin("mark_detached")
-    aclear_detached = async_twin("clear_detached")
-    arequest_cancel = async_twin("request_cancel")
-    aabort_stuck = async_twin("abort_stuck")

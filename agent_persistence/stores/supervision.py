@@ -25,20 +25,24 @@ from ..exceptions import Busy, Conflict, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
 from .base import (
-    async_twin,
     clean_datetime,
     lookup_id,
     parse_id,
     readable_conversation,
     writable_conversation,
 )
-from .fencing import clean_lease_epoch, fence_many, lock_turn
-from .fencing import fence  # noqa: F401  (importable from here, where it used to live)
+from .fencing import (
+    clean_lease_epoch,
+    fence,  # noqa: F401  (importable from here, where it used to live)
+    fence_many,
+    lock_turn,
+)
+from .protocols import SupervisionStoreProtocol
 from .rules.supervision import (
-    Claim,
     FINISHED_STATUSES,
-    PreviousTurn,
     RUNNING,
+    Claim,
+    PreviousTurn,
     TurnStatus,
     clean_now,
     clean_replica,
@@ -51,7 +55,7 @@ from .rules.supervision import (
 from .rules.supervision import (  # re-exported: these rules moved to agent_persistence/stores/rules/supervision.py
     heartbeat_age as heartbeat_age,
 )
-
+from .twins import twins_of
 
 # -- what readers get -------------------------------------------------------------------------
 
@@ -66,7 +70,7 @@ class _Lost(Exception):
 # -- the store --------------------------------------------------------------------------------
 
 
-class SupervisionStore:
+class SupervisionStore(twins_of(SupervisionStoreProtocol)):
     """The supervision row of each conversation: claims, heartbeats, terminal status."""
 
     # -- reading ------------------------------------------------------------------------------
@@ -254,17 +258,6 @@ class SupervisionStore:
             if not (released and raised):
                 raise _inconsistent()
             return True
-
-    aread = async_twin("read")
-    astatus = async_twin("status")
-    alist_dead = async_twin("list_dead")
-    acompare_and_swap = async_twin("compare_and_swap")
-    aclaim = async_twin("claim")
-    aclaim_for_resume = async_twin("claim_for_resume")
-    aheartbeat_many = async_twin("heartbeat_many")
-    afinish = async_twin("finish")
-    adelete = async_twin("delete")
-    aforce_release = async_twin("force_release")
 
 
 # -- the claim's read-decide-write ------------------------------------------------------------

@@ -23,7 +23,6 @@ from ..scope import Scope
 from .base import (
     UNSET,
     Page,
-    async_twin,
     check_scope,
     clean_order,
     clean_paging,
@@ -33,6 +32,12 @@ from .base import (
     lookup_id,
     parse_id,
     writable_conversation,
+)
+from .protocols import TaskStoreProtocol
+from .rules.tasks import (  # re-exported: these rules moved to agent_persistence/stores/rules/tasks.py
+    MAX_CALLBACK_URL_LENGTH as MAX_CALLBACK_URL_LENGTH,
+    MAX_TITLE_LENGTH as MAX_TITLE_LENGTH,
+    _http_url as _http_url,
 )
 from .rules.tasks import (
     MAX_NAME_LENGTH,
@@ -44,12 +49,7 @@ from .rules.tasks import (
     clean_status,
     clean_title,
 )
-from .rules.tasks import (  # re-exported: these rules moved to agent_persistence/stores/rules/tasks.py
-    MAX_CALLBACK_URL_LENGTH as MAX_CALLBACK_URL_LENGTH,
-    MAX_TITLE_LENGTH as MAX_TITLE_LENGTH,
-    _http_url as _http_url,
-)
-
+from .twins import twins_of
 
 # -- cleaning input ---------------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def owned_tasks(scope: Scope) -> Any:
     return Task.objects.filter(tenant=scope.tenant, owner=scope.user)
 
 
-class TaskStore:
+class TaskStore(twins_of(TaskStoreProtocol)):
     """Background tasks, each visible to its owner only."""
 
     def create(
@@ -252,14 +252,6 @@ class TaskStore:
         if not deleted:
             raise NotFound("No such task.")
 
-    acreate = async_twin("create")
-    aget = async_twin("get")
-    alist = async_twin("list")
-    aupdate = async_twin("update")
-    aadd_comment = async_twin("add_comment")
-    aset_result = async_twin("set_result")
-    aget_result = async_twin("get_result")
-    adelete = async_twin("delete")
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -279,4 +271,3 @@ class TaskStore:
             "error": clean_error,
         }
         return {name: cleaners[name](value) for name, value in fields.items() if value is not UNSET}
-

@@ -22,8 +22,6 @@ Times in the past are accepted however old: imported history is old.
 
 from __future__ import annotations
 
-
-
 from .rules.times import (  # re-exported: these rules moved to agent_persistence/stores/rules/times.py
     check_not_before as check_not_before,
     clean_caller_time as clean_caller_time,

@@ -43,15 +43,13 @@ from ..models import Conversation, Interrupt, Message, Run, StreamRecording, Tur
 from ..scope import Scope
 from ..statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus, TurnState
 from . import appends
-from .base import async_twin, bump_counter, can_read, check_scope, check_writable, lookup_id, parse_id
+from .base import bump_counter, can_read, check_scope, check_writable, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message, insert_message, message_conflict
 from .events import EventStore
 from .fencing import LOCK_ATTEMPTS, contended, fence, limit_lock_wait, lock_turn
 from .interrupts import InterruptStore
-from .protocols import Continuation, Seal, TurnPlan, TurnView
-from .runs import clean_error
-from .supervision import clean_replica, is_dead, occupant_of, status_of
+from .protocols import Continuation, Seal, TurnPlan, TurnStoreProtocol, TurnView
 from .rules.turns import (
     FORCE_RELEASED,
     PRODUCER_LOST,
@@ -67,7 +65,9 @@ from .rules.turns import (
 from .rules.turns import (  # re-exported: these rules moved to agent_persistence/stores/rules/turns.py
     event_data as event_data,
 )
-
+from .runs import clean_error
+from .supervision import clean_replica, is_dead, occupant_of, status_of
+from .twins import twins_of
 
 # -- locking ----------------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ def final_of(content: Any, tool_calls: Any, metadata: dict[str, Any] | None) -> 
 # -- the store --------------------------------------------------------------------------------
 
 
-class TurnStore:
+class TurnStore(twins_of(TurnStoreProtocol)):
     """The turn aggregate on the Django ORM: see the module's lock order."""
 
     def __init__(self) -> None:
@@ -678,16 +678,3 @@ class TurnStore:
             checkpoint=checkpoint,
             answers=self.answers(pk, message_id) if resumed else {},
         )
-
-    abegin = async_twin("begin")
-    acontinue_after_answers = async_twin("continue_after_answers")
-    aresume = async_twin("resume")
-    asuspend = async_twin("suspend")
-    aseal = async_twin("seal")
-    aclose_out = async_twin("close_out")
-    aforce_release = async_twin("force_release")
-    aread_turn = async_twin("read_turn")
-    aanswers = async_twin("answers")
-    astop_requested = async_twin("stop_requested")
-    ascope_of = async_twin("scope_of")
-    adead_turns = async_twin("dead_turns")

@@ -7,6 +7,8 @@ own session backends do, and heals the thread's broken connections first.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Callable, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -52,3 +54,26 @@ def async_twin(name: str) -> Callable[..., Any]:
     twin.__name__ = f"a{name}"
     twin.__doc__ = f"Async twin of :meth:`{name}`."
     return twin
+
+
+@functools.cache
+def twins_of(protocol: type) -> type:
+    """The base class both families' stores of ``protocol`` inherit their async twins from, built once per protocol.
+
+    It holds :func:`async_twin` of every public sync method the protocol
+    declares (``aget`` for ``get``), as Django's ``BaseCache`` holds the
+    ``aget`` of every cache backend; a store class's own ``async def``
+    takes precedence over its inherited twin.
+    """
+    names = [
+        name
+        for name, value in vars(protocol).items()
+        if callable(value) and not name.startswith("_") and not inspect.iscoroutinefunction(value)
+    ]
+    stem = protocol.__name__.removesuffix("Protocol")
+    namespace: dict[str, Any] = {"__doc__": f"The async twins of :class:`{protocol.__name__}`.", "__module__": __name__}
+    for name in names:
+        twin = async_twin(name)
+        twin.__qualname__ = f"{stem}Twins.a{name}"
+        namespace[f"a{name}"] = twin
+    return type(f"{stem}Twins", (), namespace)

@@ -16,6 +16,7 @@ from django.utils import timezone
 from ...ids import uuid7
 from ...models import Artifact
 from ...scope import Scope
+from ..protocols import ArtifactStoreProtocol
 from ..rules.artifacts import (
     ORDERING,
     artifact_blob_key,
@@ -31,18 +32,18 @@ from ..rules.artifacts import (
     run_pk,
 )
 from ..rules.base import Page, check_scope, clean_object, clean_paging, clean_with_total, parse_id
-from ..twins import async_twin
 from ..rules.blobs import BlobRead, ByteRange, clean_range, read_range
 from ..rules.files import Content, clean_content_type
 from ..rules.generations import MAX_METADATA_BYTES
 from ..rules.times import clean_caller_time
+from ..twins import twins_of
 from .blobs import read_content, write_blob
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 from .generations import visible_generation_run, writable_generation_run
 
 
-class MemoryArtifactStore:
+class MemoryArtifactStore(twins_of(ArtifactStoreProtocol)):
     """Artifacts in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -238,13 +239,3 @@ class MemoryArtifactStore:
             if run is not None:
                 return self.db.delete_artifacts(lambda row: row.run_id == run.pk)
             return self.db.delete_artifacts(lambda row: row.generation_run_id == generation_run.pk)
-
-    asave = async_twin("save")
-    asave_record = async_twin("save_record")
-    aget = async_twin("get")
-    aopen = async_twin("open")
-    aread = async_twin("read")
-    alist_by_run = async_twin("list_by_run")
-    alist_by_conversation = async_twin("list_by_conversation")
-    adelete = async_twin("delete")
-    adelete_for_run = async_twin("delete_for_run")

@@ -19,8 +19,8 @@ from ...conf import app_settings
 from ...exceptions import Busy, Gone, NotFound, Validation
 from ...models import SupervisionStatus, TurnSupervision
 from ...scope import Scope
+from ..protocols import SupervisionStoreProtocol
 from ..rules.base import clean_datetime, lookup_id, parse_id
-from ..twins import async_twin
 from ..rules.fencing import clean_entries
 from ..rules.supervision import (
     FINISHED_STATUSES,
@@ -37,10 +37,11 @@ from ..rules.supervision import (
     occupant_of,
     status_of,
 )
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemorySupervisionStore:
+class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
     """The supervision row of each conversation, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -225,14 +226,3 @@ class MemorySupervisionStore:
             row.status, row.heartbeat_at = SupervisionStatus.ERRORED.value, timezone.now()
             conversation.epoch += 1
             return True
-
-    aread = async_twin("read")
-    astatus = async_twin("status")
-    alist_dead = async_twin("list_dead")
-    acompare_and_swap = async_twin("compare_and_swap")
-    aclaim = async_twin("claim")
-    aclaim_for_resume = async_twin("claim_for_resume")
-    aheartbeat_many = async_twin("heartbeat_many")
-    afinish = async_twin("finish")
-    adelete = async_twin("delete")
-    aforce_release = async_twin("force_release")
