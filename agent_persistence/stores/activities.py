@@ -36,6 +36,7 @@ from .rules.activities import (  # re-exported: these rules moved to agent_persi
     clean_activity_type as clean_activity_type,
     _optional_id as _optional_id,
 )
+from .rules.activities import activity_as_json as activity_as_json
 from .rules.activities import (
     clean_activity,
     clean_activity_list,
@@ -44,20 +45,6 @@ from .rules.activities import (
     max_activities,
 )
 from .twins import twins_of
-
-
-def activity_as_json(row: Activity) -> dict[str, Any]:
-    """An activity row as JSON: what the websocket's ``activity`` frame, the REST API and a reload carry."""
-    return {
-        "id": str(row.activity_id),
-        "activity_type": row.activity_type,
-        "content": row.content,
-        "metadata": row.metadata,
-        "message_id": str(row.message_id) if row.message_id else None,
-        "run_id": str(row.run_id) if row.run_id else None,
-        "position": row.position,
-        "revision": row.revision,
-    }
 
 
 class ActivityStore(twins_of(ActivityStoreProtocol)):

@@ -84,3 +84,17 @@ def clean_message_filter(message_id: Any) -> uuid.UUID | None:
 def full_list_refused() -> Validation:
     return Validation(f"A conversation holds at most {max_activities()} activities.", code="too_many_activities",
                       field="activities", limit=max_activities())
+
+
+def activity_as_json(row: Any) -> dict[str, Any]:
+    """An activity row as JSON: what the websocket's ``activity`` frame, the REST API and a reload carry."""
+    return {
+        "id": str(row.activity_id),
+        "activity_type": row.activity_type,
+        "content": row.content,
+        "metadata": row.metadata,
+        "message_id": str(row.message_id) if row.message_id else None,
+        "run_id": str(row.run_id) if row.run_id else None,
+        "position": row.position,
+        "revision": row.revision,
+    }
