@@ -12,10 +12,11 @@
 - E008: DEAD_AFTER is not larger than HEARTBEAT_INTERVAL.
 - E009: a size limit above what the database backend can hold.
 - E010: MCP_SERVERS is not a dict of server name -> dict.
-- E011: the stores of the turn aggregate come from more than one backend family.
+- E011: STORES names no usable store family, or the deprecated per-store keys mix families.
 - E012: PERMISSION_CLASSES, AUTHENTICATION_CLASSES, THROTTLE_CLASSES or SERIALIZERS is malformed
   or names something that does not import (or, for SERIALIZERS, an unknown resource or no serializer).
 - E013: ON_USER_DELETE is not "erase", "keep" or "refuse".
+- W004: a deprecated per-store key (TURN_STORE ...) is set: STORES replaces them.
 - W003: ON_USER_DELETE is "erase" by default while SCOPE_RESOLVER is a project's own (a deleted
   user's pk may not be the scope's user string).
 
@@ -324,7 +325,7 @@ def check_memory_stores(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     names = sorted(
         name
         for name in app_settings.defaults
-        if name.endswith("_STORE") and is_memory_store(app_settings.raw(name))
+        if (name == "STORES" or name.endswith("_STORE")) and is_memory_store(app_settings.raw(name))
     )
     if not names:
         return []
@@ -336,19 +337,6 @@ def check_memory_stores(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             id="agent_persistence.W002",
         )
     ]
-
-
-#: The stores a turn's transitions span: one backend family must serve them all.
-TURN_FAMILY_STORES = (
-    "TURN_STORE",
-    "CONVERSATION_STORE",
-    "EVENT_STORE",
-    "RUN_STORE",
-    "INTERRUPT_STORE",
-    "SUPERVISION_STORE",
-    "RECORDING_STORE",
-    "CHECKPOINT_STORE",
-)
 
 
 def store_family(store_class: Any) -> str:
@@ -366,44 +354,80 @@ def store_family(store_class: Any) -> str:
 
 @register(Tags.compatibility)
 def check_store_families(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """E011: the stores of the turn aggregate come from more than one backend family.
+    """E011: ``STORES`` names no usable family, or the deprecated per-store keys mix families.
 
-    The turn store's transitions write conversations, messages, runs,
-    interrupts, supervision rows and events in one transaction, and every
-    producer write is fenced through the supervision rows of the same family:
-    swapping one of these stores alone would leave the others writing rows it
-    never sees.
+    ``STORES`` must name a module whose ``stores()`` returns a
+    :class:`~agent_persistence.stores.family.Stores` with every store, each
+    following its protocol. The turn store's transitions write conversations,
+    messages, runs, interrupts, supervision rows and events in one
+    transaction, every producer write is fenced through the supervision rows
+    of the same family, and artifacts and generation runs read the
+    conversations and runs of theirs: a per-store key that swaps one of these
+    alone would leave the others writing rows it never sees.
     """
+    from .stores.family import SLOTS, FamilyError, family_builder, problems_of
+
+    path = app_settings.raw("STORES")
+    try:
+        family = family_builder(path)()
+    except FamilyError as exc:
+        problems = [str(exc)]
+    except Exception as exc:  # noqa: BLE001 - a project's own family may fail in any way; say how
+        problems = [f"its stores() raised {type(exc).__name__}: {exc}"]
+    else:
+        problems = problems_of(family)
+    if problems:
+        return [
+            Error(
+                f"{SETTING_NAME}['STORES'] = {path!r} is not a usable store family: {'; '.join(problems)}.",
+                hint="Name a family module, e.g. agent_persistence.stores.orm.family or "
+                "agent_persistence.stores.memory.family (docs/howto/custom-store.md).",
+                id="agent_persistence.E011",
+            )
+        ]
     families: dict[str, list[str]] = {}
-    for name in TURN_FAMILY_STORES:
+    for slot in SLOTS:
+        if slot.alone:
+            continue
         try:
-            store_class = getattr(app_settings, name)
+            store_class = getattr(app_settings, slot.setting) or type(getattr(family, slot.name))
         except Exception:  # noqa: BLE001 - an import string that does not import is E002's to report
             return []
-        families.setdefault(store_family(store_class), []).append(name)
+        families.setdefault(store_family(store_class), []).append(slot.setting)
     if len(families) < 2:
         return []
-    described = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
+    described = "; ".join(f"{name}: {', '.join(keys)}" for name, keys in sorted(families.items()))
     return [
         Error(
-            f"{SETTING_NAME} mixes store families for the turn aggregate ({described}).",
-            hint="Swap these stores together (docs/howto/custom-store.md), e.g. all of agent_persistence.stores.memory.",
+            f"{SETTING_NAME} mixes store families ({described}).",
+            hint="Name one family in STORES instead of the deprecated per-store keys (docs/howto/custom-store.md).",
             id="agent_persistence.E011",
         )
     ]
 
-# The activity store's producer writes are fenced through the supervision rows: it belongs to the family too.
-TURN_FAMILY_STORES = (*TURN_FAMILY_STORES, "ACTIVITY_STORE")
 
-# -- blobs, artifacts and generation runs (issue 11) ----------------------------------------------
+@register(Tags.compatibility)
+def check_deprecated_store_keys(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """W004: a deprecated per-store key is set; ``STORES`` names the whole family instead."""
+    from .stores import deprecated_store_keys
 
-#: Stores that read the conversation store's rows (access rules, cascades): one family with it.
-CONVERSATION_FAMILY_STORES = ("CONVERSATION_STORE", "RUN_STORE", "ARTIFACT_STORE", "GENERATION_RUN_STORE")
+    keys = deprecated_store_keys()
+    if not keys:
+        return []
+    return [
+        Warning(
+            f"{SETTING_NAME}[{', '.join(keys)}] are deprecated and will be removed in the next release: "
+            f"{SETTING_NAME}['STORES'] names the whole store family.",
+            hint="Set STORES to agent_persistence.stores.memory.family (instead of MEMORY_STORES), "
+            "agent_persistence.stores.orm.family, or your own family module (docs/reference/settings.md#stores).",
+            id="agent_persistence.W004",
+        )
+    ]
 
 
 @register(Tags.compatibility)
 def check_blob_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    """E005 for ``BLOB_STORAGE``, E003 for ``MAX_BLOB_BYTES``, E011 for artifacts of another family."""
+    """E005 for ``BLOB_STORAGE``, E003 for ``MAX_BLOB_BYTES`` (artifacts of another family are E011's)."""
     errors: list[Any] = []
     alias = app_settings.raw("BLOB_STORAGE")
     if alias not in (getattr(settings, "STORAGES", {}) or {}):
@@ -416,21 +440,6 @@ def check_blob_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.append(
             Error(f"{SETTING_NAME}['MAX_BLOB_BYTES'] must be a whole number of bytes, 1 or more, not {limit!r}.",
                   id="agent_persistence.E003")
-        )
-    families: dict[str, list[str]] = {}
-    for name in CONVERSATION_FAMILY_STORES:
-        try:
-            families.setdefault(store_family(getattr(app_settings, name)), []).append(name)
-        except Exception:  # noqa: BLE001 - an import string that does not import is E002's to report
-            return errors
-    if len(families) > 1:
-        described = "; ".join(f"{family}: {', '.join(names)}" for family, names in sorted(families.items()))
-        errors.append(
-            Error(
-                f"{SETTING_NAME} mixes store families for artifacts and generation runs ({described}).",
-                hint="Artifacts and generation runs read the conversations and runs of their own family: swap them together.",
-                id="agent_persistence.E011",
-            )
         )
     return errors
 

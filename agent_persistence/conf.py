@@ -25,19 +25,20 @@ SETTING_NAME = "AGENT_PERSISTENCE"
 MIB = 1024 * 1024
 
 DEFAULTS: dict[str, Any] = {
-    # Stores, each chosen by import path (swap one to change its backend).
-    "CONVERSATION_STORE": "agent_persistence.stores.conversations.ConversationStore",
-    "EVENT_STORE": "agent_persistence.stores.events.EventStore",
-    "LEASE_STORE": "agent_persistence.stores.leases.LeaseStore",
-    "FILE_STORE": "agent_persistence.stores.files.FileStore",
-    "TASK_STORE": "agent_persistence.stores.tasks.TaskStore",
-    "RUN_STORE": "agent_persistence.stores.runs.RunStore",
-    "INTERRUPT_STORE": "agent_persistence.stores.interrupts.InterruptStore",
-    "SUPERVISION_STORE": "agent_persistence.stores.supervision.SupervisionStore",
-    "RECORDING_STORE": "agent_persistence.stores.recordings.RecordingStore",
-    "CHECKPOINT_STORE": "agent_persistence.stores.checkpoints.CheckpointStore",
-    # The turn aggregate: every transition that writes more than one table.
-    "TURN_STORE": "agent_persistence.stores.turns.TurnStore",
+    # The store family, by the import path of its module (agent_persistence.stores.family).
+    "STORES": "agent_persistence.stores.orm.family",
+    # Deprecated (STORES replaces them): one store each, by class import path; None: the family's.
+    "CONVERSATION_STORE": None,
+    "EVENT_STORE": None,
+    "LEASE_STORE": None,
+    "FILE_STORE": None,
+    "TASK_STORE": None,
+    "RUN_STORE": None,
+    "INTERRUPT_STORE": None,
+    "SUPERVISION_STORE": None,
+    "RECORDING_STORE": None,
+    "CHECKPOINT_STORE": None,
+    "TURN_STORE": None,
     # Agents: {"name": "dotted.path.AgentClass"}.
     "AGENTS": {},
     # Maps a request (or websocket scope) to a Scope(tenant, user).
@@ -107,10 +108,10 @@ DEFAULTS: dict[str, Any] = {
     "WS_TICKET_TTL": 60.0,
     # Tickets one user may be issued per minute (None: no cap; the excess is 429 too_many_tickets).
     "WS_TICKETS_PER_MINUTE": 60,
-    # Blobs, artifacts and generation runs (TanStack parity, issue 11).
-    "BLOB_STORE": "agent_persistence.stores.blobs.BlobStore",
-    "ARTIFACT_STORE": "agent_persistence.stores.artifacts.ArtifactStore",
-    "GENERATION_RUN_STORE": "agent_persistence.stores.generations.GenerationRunStore",
+    # Deprecated, as the other *_STORE keys: STORES chooses them.
+    "BLOB_STORE": None,
+    "ARTIFACT_STORE": None,
+    "GENERATION_RUN_STORE": None,
     # Blobs: the storage alias (settings.STORAGES), the folder inside it, the largest blob in bytes.
     "BLOB_STORAGE": "default",
     "BLOB_UPLOAD_TO": "agent_persistence/blobs/%Y/%m/%d/",
@@ -195,9 +196,9 @@ def reload_app_settings(*, setting: str, **kwargs: Any) -> None:
 
 setting_changed.connect(reload_app_settings)
 
-# Activities and metadata (seed 003's activity and metadata stores), each chosen by import path.
-DEFAULTS["ACTIVITY_STORE"] = "agent_persistence.stores.activities.ActivityStore"
-DEFAULTS["METADATA_STORE"] = "agent_persistence.stores.metadata.MetadataStore"
+# Deprecated, as the other *_STORE keys: STORES chooses them.
+DEFAULTS["ACTIVITY_STORE"] = None
+DEFAULTS["METADATA_STORE"] = None
 IMPORT_STRINGS = IMPORT_STRINGS | {"ACTIVITY_STORE", "METADATA_STORE"}
 
 # What deleting a Django user does to its rows (docs/howto/erase-and-export-users.md):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_persistence.checks import check_blob_settings
+from agent_persistence.checks import check_blob_settings, check_store_families
 
 
 def ids(settings: Any, **values: Any) -> list[str]:
@@ -26,5 +26,8 @@ def test_bad_blob_settings(settings: Any) -> None:
 
 
 def test_artifacts_of_another_family_than_the_conversations(settings: Any) -> None:
+    """The deprecated ARTIFACT_STORE key, swapped alone, mixes families: E011 (check_store_families)."""
     memory = "agent_persistence.stores.memory.artifacts.MemoryArtifactStore"
-    assert ids(settings, ARTIFACT_STORE=memory) == ["agent_persistence.E011"]
+    assert ids(settings, ARTIFACT_STORE=memory) == []
+    (error,) = check_store_families()
+    assert error.id == "agent_persistence.E011" and "ARTIFACT_STORE" in error.msg

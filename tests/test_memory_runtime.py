@@ -2,7 +2,7 @@
 
 These tests carry no ``django_db`` mark, so pytest-django refuses any
 database access: every read and write of the runtime must go through the
-memory stores selected by ``MEMORY_STORES``. Real producers run on a real
+memory stores selected by ``STORES`` (the in-memory family). Real producers run on a real
 event loop with the scripted agents of ``tests/agents.py``: start, stream,
 interrupt, answer, cancel, and a producer that dies mid-answer, resumed in
 the same process from its checkpoint.
@@ -31,7 +31,7 @@ from agent_persistence.stores import (
     supervision_store,
     turn_store,
 )
-from agent_persistence.stores.memory import MEMORY_STORES, reset_memory_stores
+from agent_persistence.stores.memory import reset_memory_stores
 from agent_persistence.stores.memory.turns import MemoryTurnStore
 from tests.agents import ANSWER, CHUNKS, TOOL_AT
 
@@ -55,7 +55,7 @@ def memory_family(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
     monkeypatch.setenv("AP_TOOL_LOG", str(tmp_path / "tools.log"))
     monkeypatch.setenv("AP_CHUNK_DELAY", "0.005")
     reset_memory_stores()
-    with override_settings(AGENT_PERSISTENCE={**FAST, **MEMORY_STORES}):
+    with override_settings(AGENT_PERSISTENCE={**FAST, "STORES": "agent_persistence.stores.memory.family"}):
         reset_memory_stores()
         yield
     reset_memory_stores()

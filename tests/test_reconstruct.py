@@ -17,7 +17,7 @@ from agent_persistence.runtime.turn import Turn
 from agent_persistence.runtime.turns import start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import interrupt_store, run_store
-from agent_persistence.stores.memory import MEMORY_STORES, reset_memory_stores
+from agent_persistence.stores.memory import reset_memory_stores
 from agent_persistence.stores.reconstruct import reconstruct
 from agent_persistence.testing.family import Stores, memory_stores
 from agent_persistence.testing.reconstruct import ReconstructContract
@@ -64,7 +64,7 @@ def runtime_family(request: pytest.FixtureRequest) -> Any:
             yield request.param
         return
     reset_memory_stores()
-    with override_settings(AGENT_PERSISTENCE={**RUNTIME, **MEMORY_STORES}):
+    with override_settings(AGENT_PERSISTENCE={**RUNTIME, "STORES": "agent_persistence.stores.memory.family"}):
         reset_memory_stores()
         yield request.param
     reset_memory_stores()

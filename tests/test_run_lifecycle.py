@@ -24,7 +24,7 @@ from agent_persistence.runtime.turn import InterruptCancelled, Turn
 from agent_persistence.runtime.turns import cancel_turn, continue_turn, start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store, interrupt_store, run_store
-from agent_persistence.stores.memory import MEMORY_STORES, reset_memory_stores
+from agent_persistence.stores.memory import reset_memory_stores
 
 FAST = {
     "HEARTBEAT_INTERVAL": 0.1,
@@ -136,7 +136,7 @@ def family(request: pytest.FixtureRequest) -> Any:
             yield request.param
         return
     reset_memory_stores()
-    with override_settings(AGENT_PERSISTENCE={**FAST, **MEMORY_STORES}):
+    with override_settings(AGENT_PERSISTENCE={**FAST, "STORES": "agent_persistence.stores.memory.family"}):
         reset_memory_stores()
         yield request.param
     reset_memory_stores()

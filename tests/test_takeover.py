@@ -55,7 +55,7 @@ async def take_over(servers: list[Server], session: Any) -> None:
     async with socket_to(b, conversation_id, key) as follower_socket:
         await send(follower_socket, {"type": "attach"})
         client = await receive(follower_socket, StreamClient(), until="status")
-        async with socket_to(a, conversation_id, key) as producer_socket:
+        async with socket_to(a, conversation_id, key, close_timeout=0.5) as producer_socket:
             await send(producer_socket, {"type": "start", "content": "go"})
             started = await receive(producer_socket, StreamClient(), until="started")
             dead_run = next(frame for frame in started.frames if frame["type"] == "started")

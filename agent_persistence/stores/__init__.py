@@ -1,30 +1,41 @@
-"""The stores: the atomic operations of each concern, chosen by import path in settings.
+"""The stores: the atomic operations of each concern, served by the family that ``STORES`` names.
 
-Get a store with the accessor named after it; each returns one shared instance
-of the class configured in ``AGENT_PERSISTENCE`` (reset when the setting
-changes), typed by its protocol in :mod:`agent_persistence.stores.protocols`::
+Get a store with the accessor named after it; each returns the store of one
+shared instance of the family configured in ``AGENT_PERSISTENCE["STORES"]``
+(built again when the setting changes), typed by its protocol in
+:mod:`agent_persistence.stores.protocols`::
 
     from agent_persistence.stores import conversation_store
     conversation = conversation_store().get(scope, conversation_id)
 
-Two families ship: the Django ORM one (the defaults) and an in-memory one for
-tests (:data:`agent_persistence.stores.memory.MEMORY_STORES`).
+Two families ship: the Django ORM one (``agent_persistence.stores.orm.family``,
+the default) and an in-memory one for tests
+(``agent_persistence.stores.memory.family``); see
+:mod:`agent_persistence.stores.family`. The per-store keys (``TURN_STORE``
+...) still replace one store each, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, cast
 
 from django.core.signals import setting_changed
 
 from ..conf import app_settings
+from .family import SLOT_BY_SETTING, Stores, family_builder
 from .protocols import (
+    ActivityStoreProtocol,
+    ArtifactStoreProtocol,
+    BlobStoreProtocol,
     CheckpointStoreProtocol,
     ConversationStoreProtocol,
     EventStoreProtocol,
     FileStoreProtocol,
+    GenerationRunStoreProtocol,
     InterruptStoreProtocol,
     LeaseStoreProtocol,
+    MetadataStoreProtocol,
     RecordingStoreProtocol,
     RunStoreProtocol,
     SupervisionStoreProtocol,
@@ -33,19 +44,54 @@ from .protocols import (
 )
 
 _instances: dict[str, Any] = {}
+_family: list[Stores] = []
+
+
+def configured_family() -> Stores:
+    """The shared instance of the family that ``AGENT_PERSISTENCE["STORES"]`` names.
+
+    A bad value raises :class:`~agent_persistence.stores.family.FamilyError`
+    (system check ``agent_persistence.E011`` says so at startup).
+    """
+    if not _family:
+        _family.append(family_builder(app_settings.STORES)())
+    return _family[0]
+
+
+def deprecated_store_keys() -> list[str]:
+    """The per-store keys (``TURN_STORE`` ...) the project still sets; ``STORES`` replaces them."""
+    return sorted(key for key in SLOT_BY_SETTING if app_settings.user_settings.get(key) is not None)
 
 
 def get_store(setting: str) -> Any:
-    """The shared instance of the class named by the ``setting`` key of ``AGENT_PERSISTENCE``."""
+    """The shared store of a ``*_STORE`` key: the configured family's, or the class the deprecated key names.
+
+    Any other key (``OAUTH_REPOSITORY``) is an import string: the shared
+    instance of the class it names.
+    """
     store = _instances.get(setting)
     if store is None:
-        store = _instances[setting] = getattr(app_settings, setting)()
+        slot = SLOT_BY_SETTING.get(setting)
+        if slot is None:
+            store = getattr(app_settings, setting)()
+        elif app_settings.user_settings.get(setting) is not None:
+            warnings.warn(
+                f"AGENT_PERSISTENCE[{setting!r}] is deprecated: name the whole family in "
+                "AGENT_PERSISTENCE['STORES'] (docs/reference/settings.md#stores).",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            store = getattr(app_settings, setting)()
+        else:
+            store = getattr(configured_family(), slot.name)
+        _instances[setting] = store
     return store
 
 
 def reset_stores() -> None:
     """Forget the shared instances; the next accessor call builds them from the settings again."""
     _instances.clear()
+    _family.clear()
 
 
 def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
@@ -106,12 +152,6 @@ def activity_store() -> ActivityStoreProtocol:
 
 def metadata_store() -> MetadataStoreProtocol:
     return cast(MetadataStoreProtocol, get_store("METADATA_STORE"))
-
-
-from .protocols import ActivityStoreProtocol, MetadataStoreProtocol  # noqa: E402
-# -- blobs, artifacts and generation runs (issue 11) ---------------------------------------------
-
-from .protocols import ArtifactStoreProtocol, BlobStoreProtocol, GenerationRunStoreProtocol  # noqa: E402
 
 
 def blob_store() -> BlobStoreProtocol:

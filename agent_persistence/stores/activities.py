@@ -19,105 +19,35 @@ when shared); writes are the owner's. Every write raises the row's
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..conf import app_settings
-from ..exceptions import NotFound, Validation
-from ..ids import uuid7
+from ..exceptions import NotFound
 from ..models import Activity
 from ..scope import Scope
-from .base import async_twin, clean_object, clean_text, parse_id, readable_conversation, writable_conversation
+from .base import readable_conversation, writable_conversation
 from .fencing import fence
-
-#: The fields an activity given to a save or a put may carry.
-ACTIVITY_FIELDS = frozenset({"id", "activity_type", "content", "metadata", "message_id", "run_id"})
-MAX_ACTIVITY_TYPE_LENGTH = 255
-
-
-def max_activities() -> int:
-    """The most rows one conversation's list may hold (``MAX_PAGE_SIZE``: a reload returns them in one page)."""
-    return int(app_settings.MAX_PAGE_SIZE)
-
-
-def clean_activity(activity: Any, field_name: str = "activity") -> dict[str, Any]:
-    """An activity's fields as they are stored; Validation (or StorageLimit) names what is wrong.
-
-    ``id`` is a new time-ordered UUID when absent; ``content`` and ``metadata``
-    are JSON objects (``{}`` when absent) within ``MAX_MESSAGE_BYTES`` each.
-    """
-    if not isinstance(activity, dict):
-        raise Validation(f"{field_name} must be an object.", field=field_name)
-    unknown = sorted(set(activity) - ACTIVITY_FIELDS)
-    if unknown:
-        raise Validation(f"{field_name} has an unknown field {str(unknown[0])[:50]!r}.", field=f"{field_name}.{str(unknown[0])[:50]}")
-    limit = app_settings.MAX_MESSAGE_BYTES
-    activity_id = activity.get("id")
-    return {
-        "activity_id": uuid7() if activity_id is None else parse_id(activity_id, f"{field_name}.id"),
-        "activity_type": clean_activity_type(activity.get("activity_type"), f"{field_name}.activity_type"),
-        "content": clean_object(activity.get("content"), f"{field_name}.content", max_bytes=limit),
-        "metadata": clean_object(activity.get("metadata"), f"{field_name}.metadata", max_bytes=limit),
-        "message_id": _optional_id(activity.get("message_id"), f"{field_name}.message_id"),
-        "run_id": _optional_id(activity.get("run_id"), f"{field_name}.run_id"),
-    }
+from .protocols import ActivityStoreProtocol
+from .rules.activities import (  # re-exported: these rules moved to agent_persistence/stores/rules/activities.py
+    ACTIVITY_FIELDS as ACTIVITY_FIELDS,
+    MAX_ACTIVITY_TYPE_LENGTH as MAX_ACTIVITY_TYPE_LENGTH,
+    clean_activity_type as clean_activity_type,
+    _optional_id as _optional_id,
+)
+from .rules.activities import activity_as_json as activity_as_json
+from .rules.activities import (
+    clean_activity,
+    clean_activity_list,
+    clean_message_filter,
+    full_list_refused,
+    max_activities,
+)
+from .twins import twins_of
 
 
-def clean_activity_type(value: Any, field_name: str = "activity_type") -> str:
-    text = clean_text(value, field_name, max_length=MAX_ACTIVITY_TYPE_LENGTH)
-    assert text is not None
-    if not text.strip():
-        raise Validation(f"{field_name} may not be blank.", field=field_name)
-    return text
-
-
-def clean_activity_list(activities: Any) -> list[dict[str, Any]]:
-    """A whole list to save: at most :func:`max_activities` rows, no id twice."""
-    if not isinstance(activities, (list, tuple)):
-        raise Validation("activities must be a list.", field="activities")
-    if len(activities) > max_activities():
-        raise full_list_refused()
-    cleaned = [clean_activity(activity, f"activities[{index}]") for index, activity in enumerate(activities)]
-    seen: set[uuid.UUID] = set()
-    for index, row in enumerate(cleaned):
-        if row["activity_id"] in seen:
-            raise Validation("An activity id appears twice in the list.", code="duplicate_activity_id",
-                             field=f"activities[{index}].id")
-        seen.add(row["activity_id"])
-    return cleaned
-
-
-def _optional_id(value: Any, field_name: str) -> uuid.UUID | None:
-    return None if value is None else parse_id(value, field_name)
-
-
-def clean_message_filter(message_id: Any) -> uuid.UUID | None:
-    return _optional_id(message_id, "message_id")
-
-
-def full_list_refused() -> Validation:
-    return Validation(f"A conversation holds at most {max_activities()} activities.", code="too_many_activities",
-                      field="activities", limit=max_activities())
-
-
-def activity_as_json(row: Activity) -> dict[str, Any]:
-    """An activity row as JSON: what the websocket's ``activity`` frame, the REST API and a reload carry."""
-    return {
-        "id": str(row.activity_id),
-        "activity_type": row.activity_type,
-        "content": row.content,
-        "metadata": row.metadata,
-        "message_id": str(row.message_id) if row.message_id else None,
-        "run_id": str(row.run_id) if row.run_id else None,
-        "position": row.position,
-        "revision": row.revision,
-    }
-
-
-class ActivityStore:
+class ActivityStore(twins_of(ActivityStoreProtocol)):
     """The activity rows of each conversation, on the Django ORM."""
 
     def list(self, scope: Scope, conversation_id: Any, *, message_id: Any = None) -> list[Activity]:
@@ -196,7 +126,3 @@ class ActivityStore:
                 )
         except IntegrityError:
             raise NotFound("No such conversation.") from None
-
-    alist = async_twin("list")
-    asave = async_twin("save")
-    aput = async_twin("put")

@@ -20,24 +20,20 @@ from __future__ import annotations
 import uuid
 from typing import IO, Any
 
-from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..exceptions import Conflict, NotFound, Validation
+from ..exceptions import NotFound
 from ..ids import uuid7
 from ..models import Artifact, Blob, Conversation, GenerationRun, Run
 from ..scope import Scope
 from .base import (
     Page,
-    async_twin,
     check_scope,
     clean_object,
     clean_paging,
     clean_with_total,
-    lookup_id,
     paginate,
     parse_id,
     readable,
@@ -48,7 +44,6 @@ from .blobs import (
     BlobRead,
     BlobStore,
     ByteRange,
-    clean_key,
     clean_range,
     discard_content,
     open_blob,
@@ -56,86 +51,29 @@ from .blobs import (
     store_content,
     write_blob,
 )
-from .files import Content, clean_content_type, clean_file_name
+from .files import Content, clean_content_type
 from .generations import MAX_METADATA_BYTES, visible_generation_runs, writable_generation_run
+from .protocols import ArtifactStoreProtocol
+from .rules.artifacts import (  # re-exported: these rules moved to agent_persistence/stores/rules/artifacts.py
+    MAX_SOURCE_URL_LENGTH as MAX_SOURCE_URL_LENGTH,
+    _source_url as _source_url,
+)
+from .rules.artifacts import (
+    ORDERING,
+    artifact_blob_key,
+    artifact_id_taken,
+    artifact_not_found,
+    artifact_pk,
+    clean_artifact_name,
+    clean_location,
+    clean_size,
+    content_external,
+    content_missing,
+    run_not_found,
+    run_pk,
+)
 from .times import clean_caller_time
-
-#: The deterministic order of every listing: oldest first, then by id.
-ORDERING = ("created_at", "id")
-
-
-def artifact_blob_key(run_id: uuid.UUID, artifact_id: uuid.UUID) -> str:
-    """Where an artifact's bytes live in the blob store (TanStack's ``artifacts/<runId>/<artifactId>``)."""
-    return f"artifacts/{run_id}/{artifact_id}"
-
-
-def clean_artifact_name(name: Any) -> str:
-    return "" if name is None or name == "" else clean_file_name(name)
-
-
-#: The longest ``source_url`` of a record-only artifact.
-MAX_SOURCE_URL_LENGTH = 2048
-_source_url = URLValidator(schemes=["http", "https"])
-
-
-def clean_location(blob_key: Any, source_url: Any) -> tuple[str, str]:
-    """A record-only artifact's ``(blob_key, source_url)``: at least one, a valid blob key and an http(s) URL."""
-    blob_key = "" if blob_key is None or blob_key == "" else clean_key(blob_key, "blob_key")
-    if source_url is None or source_url == "":
-        source_url = ""
-    elif not isinstance(source_url, str) or len(source_url) > MAX_SOURCE_URL_LENGTH:
-        raise Validation(f"source_url must be a URL of at most {MAX_SOURCE_URL_LENGTH} characters.", field="source_url")
-    else:
-        try:
-            _source_url(source_url)
-        except ValidationError:
-            raise Validation("source_url must be an http or https URL.", field="source_url") from None
-    if not blob_key and not source_url:
-        raise Validation("A record-only artifact needs a blob_key or a source_url.", field="blob_key")
-    return blob_key, source_url
-
-
-def clean_size(size: Any) -> int | None:
-    if size is None:
-        return None
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise Validation("size must be a whole number of bytes, 0 or more.", field="size")
-    return size
-
-
-def content_external(artifact: Artifact) -> NotFound:
-    return NotFound("The artifact's bytes are at its source_url.", code="artifact_content_external",
-                    source_url=artifact.source_url)
-
-
-def content_missing() -> NotFound:
-    return NotFound("The content of this artifact is missing.", code="artifact_content_missing")
-
-
-def artifact_id_taken() -> Conflict:
-    return Conflict("An artifact with this id belongs to someone else.", code="artifact_id_taken")
-
-
-def artifact_not_found() -> NotFound:
-    return NotFound("No such artifact.", code="artifact_not_found")
-
-
-def run_not_found() -> NotFound:
-    return NotFound("No such run.", code="run_not_found")
-
-
-def run_pk(run_id: Any) -> uuid.UUID:
-    try:
-        return lookup_id(run_id, "run")
-    except NotFound:
-        raise run_not_found() from None
-
-
-def artifact_pk(artifact_id: Any) -> uuid.UUID:
-    try:
-        return lookup_id(artifact_id, "artifact")
-    except NotFound:
-        raise artifact_not_found() from None
+from .twins import twins_of
 
 
 def visible_artifacts(scope: Scope) -> Any:
@@ -189,7 +127,7 @@ def writable_target(scope: Scope, run_id: Any, *, for_update: bool = False) -> R
     return RunTarget(generation_run=writable_generation_run(scope, target.pk, for_update=for_update))
 
 
-class ArtifactStore:
+class ArtifactStore(twins_of(ArtifactStoreProtocol)):
     """Artifacts through the ORM, their bytes in the blob store; see ``docs/reference/stores/artifacts.md``."""
 
     def save(
@@ -372,14 +310,3 @@ class ArtifactStore:
             target = writable_target(scope, run_id)
             _, deleted = Artifact.objects.filter(target.filter()).delete()
             return deleted.get(Artifact._meta.label, 0)
-
-    asave = async_twin("save")
-    asave_record = async_twin("save_record")
-    aget = async_twin("get")
-    aopen = async_twin("open")
-    aread = async_twin("read")
-    alist_by_run = async_twin("list_by_run")
-    alist_by_conversation = async_twin("list_by_conversation")
-    adelete = async_twin("delete")
-    adelete_for_run = async_twin("delete_for_run")
-

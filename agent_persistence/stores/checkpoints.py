@@ -15,64 +15,26 @@ import uuid
 import weakref
 from typing import Any
 
-import orjson
-
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, ProgrammingError, connection, connections, transaction
 from django.utils import timezone
 
-from .. import json_policy
-from ..conf import app_settings
-from ..exceptions import Fenced, StorageLimit, Validation
+from ..exceptions import Fenced
 from ..models import AgentCheckpoint, TurnSupervision
 from ..scope import Scope
 from ..statuses import SupervisionStatus
-from .base import Utf8Text, async_twin, execute_bound, lookup_id, parse_id, readable_conversation
+from .base import Utf8Text, execute_bound, lookup_id, parse_id, readable_conversation
 from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, lock_wait_milliseconds, upsert_unless_newer
-
-
-def encode_state(state: Any) -> tuple[str, int]:
-    """The state's JSON text, encoded once, and its size in UTF-8 bytes (see :func:`encode_state_utf8`)."""
-    encoded = encode_state_utf8(state)
-    return encoded.decode(), len(encoded)
-
-
-def encode_state_utf8(state: Any) -> bytes:
-    """The state's JSON as UTF-8, encoded once.
-
-    The JSON policy applies (no NUL or lone surrogate, bounded nesting,
-    numbers in range: :func:`.json_policy.dumps`); the text is what is stored
-    and what a load parses, so a load returns exactly what JSON round-tripping
-    gives. Larger than ``MAX_STATE_BYTES`` is StorageLimit.
-    """
-    if not isinstance(state, dict):
-        raise Validation("state must be a JSON object.", field="state")
-    try:
-        # orjson: the whole encoding in C, an order of magnitude faster than json.dumps on large states;
-        # the policy's walk then needs to see only numbers and nesting (json_policy.dumps).
-        encoded = json_policy.dumps(state, "state", default=_encode_other, option=ORJSON_OPTIONS)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise Validation(f"state is not JSON: {exc}.", field="state") from None
-    limit = app_settings.MAX_STATE_BYTES
-    if len(encoded) > limit:
-        raise StorageLimit(f"state is larger than {limit} bytes.", field="state", limit=limit, size=len(encoded))
-    return encoded
-
-
-#: What json.dumps with Django's encoder would do: keys made text, dates and dataclasses left to that encoder.
-ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-
-
-def _encode_other(value: Any) -> Any:
-    """Values JSON has no type for, as Django's encoder writes them (dates as ISO text, UUIDs, decimals)."""
-    return DjangoJSONEncoder().default(value)
-
-
-def clean_state(state: Any) -> tuple[dict[str, Any], int]:
-    """The state as JSON round-tripping gives it, and its size in UTF-8 bytes."""
-    text, size = encode_state(state)
-    return json.loads(text), size
-
+from .protocols import CheckpointStoreProtocol
+from .rules.checkpoints import (  # re-exported: these rules moved to agent_persistence/stores/rules/checkpoints.py
+    ORJSON_OPTIONS as ORJSON_OPTIONS,
+    clean_state as clean_state,
+    _encode_other as _encode_other,
+)
+from .rules.checkpoints import (
+    encode_state,
+    encode_state_utf8,
+)
+from .twins import twins_of
 
 #: The save function of migration 0011 (as 0013 replaced it) and its call (the casts pick the signature whatever psycopg binds).
 SAVE_FUNCTION = "agent_persistence_save_checkpoint"
@@ -155,7 +117,7 @@ def _save_sql() -> str:
     )
 
 
-class CheckpointStore:
+class CheckpointStore(twins_of(CheckpointStoreProtocol)):
     """The agent checkpoint of each conversation."""
 
     def load(self, conversation_id: Any) -> dict[str, Any]:
@@ -246,10 +208,3 @@ class CheckpointStore:
     def read(self, conversation_id: Any) -> AgentCheckpoint | None:
         """The stored checkpoint (state, size, message_id, epoch, saved_at), unscoped; None when none was saved."""
         return AgentCheckpoint.objects.filter(pk=lookup_id(conversation_id)).first()
-
-    aload = async_twin("load")
-    aread = async_twin("read")
-    aload_for = async_twin("load_for")
-    asave = async_twin("save")
-    asave_many = async_twin("save_many")
-    adelete = async_twin("delete")

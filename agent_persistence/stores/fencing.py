@@ -24,10 +24,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import Conflict, Fenced, NotFound, Validation
+from ..exceptions import Conflict, Fenced, NotFound
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
-from .base import MAX_EPOCH, clean_datetime, execute_bound, lookup_id, parse_id, writable_conversation
+from .base import clean_datetime, execute_bound, lookup_id, writable_conversation
+from .rules.fencing import (
+    clean_entries,
+    clean_lease_epoch,
+)
 
 RUNNING = SupervisionStatus.RUNNING.value
 
@@ -175,25 +179,6 @@ def _stamp_heartbeats_waiting(pairs: list[tuple[uuid.UUID, int]], now: datetime)
 def as_uuid(value: Any) -> uuid.UUID:
     # SQLite hands back the 32-character hex text a UUIDField is stored as.
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-
-
-def clean_lease_epoch(value: Any, field_name: str = "epoch", *, minimum: int = 1) -> int:
-    """A required epoch; claims start at 1, so a producer's epoch is never 0."""
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_EPOCH:
-        raise Validation(f"{field_name} must be a whole number from {minimum} to {MAX_EPOCH}.", field=field_name)
-    return value
-
-
-def clean_entries(entries: Any) -> list[tuple[uuid.UUID, int]]:
-    """Distinct ``(conversation_id, epoch)`` pairs, sorted so batches lock rows in one order."""
-    if not isinstance(entries, (list, tuple, set, frozenset)):
-        raise Validation("entries must be a list of (conversation_id, epoch) pairs.", field="entries")
-    pairs = set()
-    for entry in entries:
-        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
-            raise Validation("entries must be a list of (conversation_id, epoch) pairs.", field="entries")
-        pairs.add((parse_id(entry[0], "conversation_id"), clean_lease_epoch(entry[1])))
-    return sorted(pairs)
 
 
 def clean_now(value: Any) -> datetime:

@@ -12,46 +12,39 @@ to :func:`django.utils.timezone.now`.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Substr
-from django.utils import timezone
 
 from ..conf import app_settings
 from ..exceptions import Conflict, Validation
 from ..models import Lease
-from .base import Page, async_twin, clean_datetime, clean_object, clean_paging, clean_text, paginate
-
-KEY_MAX_LENGTH = Lease._meta.get_field("key").max_length
-HOLDER_MAX_LENGTH = Lease._meta.get_field("holder").max_length
-TENANT_MAX_LENGTH = Lease._meta.get_field("tenant").max_length
+from .base import Page, clean_object, clean_paging, clean_text, paginate
+from .protocols import LeaseStoreProtocol
+from .rules.leases import (  # re-exported: these rules moved to agent_persistence/stores/rules/leases.py
+    HOLDER_MAX_LENGTH as HOLDER_MAX_LENGTH,
+    TENANT_MAX_LENGTH as TENANT_MAX_LENGTH,
+    _clean_name as _clean_name,
+)
+from .rules.leases import (
+    KEY_MAX_LENGTH,
+    LeaseResult,
+    _clean_holder,
+    _clean_key,
+    _clean_now,
+    _clean_tenant,
+    _expiry,
+)
+from .twins import twins_of
 
 # Each retry follows a write that beat ours, after which the row is normally live and the answer
 # settles; the bound guards against churn (acquire/release loops) and clocks skewed beyond the ttl.
 MAX_ATTEMPTS = 5
 
 
-@dataclass(frozen=True)
-class LeaseResult:
-    """The outcome of :meth:`LeaseStore.acquire`.
-
-    ``lease`` is the caller's lease when ``acquired``, otherwise the current
-    holder's. ``taken_over`` is True when the lease was acquired from an
-    expired one, ``previous_holder`` naming who held it (possibly the caller
-    itself).
-    """
-
-    acquired: bool
-    lease: Lease
-    taken_over: bool = False
-    previous_holder: str | None = None
-
-
-class LeaseStore:
+class LeaseStore(twins_of(LeaseStoreProtocol)):
     """Acquire, renew, release, flag and list keyed leases within a tenant."""
 
     def acquire(
@@ -174,14 +167,6 @@ class LeaseStore:
         now = _clean_now(now)
         return paginate(queryset.filter(expires_at__lte=now).order_by("expires_at", "key"), limit, offset)
 
-    aacquire = async_twin("acquire")
-    arenew = async_twin("renew")
-    arelease = async_twin("release")
-    amark_cancel = async_twin("mark_cancel")
-    aget = async_twin("get")
-    alist_live = async_twin("list_live")
-    alist_expired = async_twin("list_expired")
-
 
 def _insert(
     tenant: str, key: str, holder: str, now: datetime, expires_at: datetime, metadata: dict[str, Any] | None
@@ -207,38 +192,3 @@ def _prefixed(tenant: Any, prefix: Any, limit: Any, offset: Any) -> tuple[Any, i
         queryset = queryset.filter(key__startswith=prefix).alias(key_head=Substr("key", 1, len(prefix)))
         queryset = queryset.filter(key_head=prefix)
     return queryset, limit, offset
-
-
-def _clean_tenant(tenant: Any) -> str:
-    return clean_text(tenant, "tenant", max_length=TENANT_MAX_LENGTH)
-
-
-def _clean_key(key: Any) -> str:
-    return _clean_name(key, "key", KEY_MAX_LENGTH)
-
-
-def _clean_holder(holder: Any) -> str:
-    return _clean_name(holder, "holder", HOLDER_MAX_LENGTH)
-
-
-def _clean_name(value: Any, field_name: str, max_length: int) -> str:
-    value = clean_text(value, field_name, max_length=max_length)
-    if not value:
-        raise Validation(f"{field_name} may not be empty.", field=field_name)
-    return value
-
-
-def _clean_now(now: Any) -> datetime:
-    return clean_datetime(now, "now") or timezone.now()
-
-
-def _expiry(now: datetime, ttl: Any) -> datetime:
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-        raise Validation("ttl must be a number of seconds.", field="ttl")
-    try:
-        seconds = float(ttl)
-        if not math.isfinite(seconds) or seconds <= 0:
-            raise ValueError
-        return now + timedelta(seconds=seconds)
-    except (OverflowError, ValueError):
-        raise Validation("ttl must be a finite number of seconds, greater than 0.", field="ttl") from None

@@ -13,37 +13,25 @@ it; it is state for server-side code.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.utils import timezone
 
-from ..conf import app_settings
-from ..exceptions import Validation
 from ..models import MetadataEntry
 from ..scope import Scope
-from .base import async_twin, check_scope, clean_json, clean_text
-
-MAX_NAME_LENGTH = 255
-
-
-def clean_name(value: Any, field_name: str) -> str:
-    """A namespace or a key: non-empty text of at most :data:`MAX_NAME_LENGTH` characters."""
-    text = clean_text(value, field_name, max_length=MAX_NAME_LENGTH)
-    assert text is not None
-    if not text:
-        raise Validation(f"{field_name} may not be empty.", field=field_name)
-    return text
+from .base import check_scope
+from .protocols import MetadataStoreProtocol
+from .rules.metadata import (  # re-exported: these rules moved to agent_persistence/stores/rules/metadata.py
+    MAX_NAME_LENGTH as MAX_NAME_LENGTH,
+)
+from .rules.metadata import (
+    clean_name,
+    encode_value,
+)
+from .twins import twins_of
 
 
-def encode_value(value: Any) -> tuple[Any, str, int]:
-    """The value as JSON round-tripping gives it, its JSON text and its size in UTF-8 bytes."""
-    cleaned = clean_json(value, "value", max_bytes=app_settings.MAX_STATE_BYTES)
-    text = json.dumps(cleaned, ensure_ascii=False, separators=(",", ":"))
-    return cleaned, text, len(text.encode())
-
-
-class MetadataStore:
+class MetadataStore(twins_of(MetadataStoreProtocol)):
     """Namespaced key/value entries of each tenant, on the Django ORM."""
 
     def get(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:
@@ -80,7 +68,3 @@ class MetadataStore:
             tenant=scope.tenant, namespace=clean_name(namespace, "namespace"), key=clean_name(key, "key")
         ).delete()
         return bool(deleted)
-
-    aget = async_twin("get")
-    aset = async_twin("set")
-    adelete = async_twin("delete")

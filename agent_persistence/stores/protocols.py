@@ -7,7 +7,9 @@ protocols, and the contract suites in :mod:`agent_persistence.testing` assert
 through them only, so any backend that passes the suites is a real one.
 
 Every method has an async twin named with an ``a`` prefix (``abegin`` for
-``begin``) that runs the sync method in Django's sync thread.
+``begin``) that runs the sync method in Django's sync thread. The protocols
+declare the sync methods only: :func:`agent_persistence.stores.twins.twins_of`
+builds the twins once per protocol, and both families' stores inherit them.
 """
 
 from __future__ import annotations
@@ -230,57 +232,6 @@ class TurnStoreProtocol(Protocol):
         """``(owner scope, conversation id, message id)`` of turns whose producer is dead, oldest first."""
         ...
 
-    # Async twins: each runs its sync method in Django's sync thread.
-
-    async def abegin(self, scope: Scope, conversation_id: Any, **options: Any) -> TurnPlan:
-        """Async twin of :meth:`begin`."""
-        ...
-
-    async def acontinue_after_answers(self, scope: Scope, conversation_id: Any, answers: list[dict[str, Any]],
-                                      **options: Any) -> Continuation:
-        """Async twin of :meth:`continue_after_answers`."""
-        ...
-
-    async def aresume(self, scope: Scope, conversation_id: Any, **options: Any) -> TurnPlan:
-        """Async twin of :meth:`resume`."""
-        ...
-
-    async def asuspend(self, scope: Scope, conversation_id: Any, **options: Any) -> bool:
-        """Async twin of :meth:`suspend`."""
-        ...
-
-    async def aseal(self, scope: Scope, conversation_id: Any, **options: Any) -> bool:
-        """Async twin of :meth:`seal`."""
-        ...
-
-    async def aclose_out(self, scope: Scope, conversation_id: Any, **options: Any) -> bool:
-        """Async twin of :meth:`close_out`."""
-        ...
-
-    async def aforce_release(self, conversation_id: Any, *, error: dict[str, Any] | None = None) -> bool:
-        """Async twin of :meth:`force_release`."""
-        ...
-
-    async def aread_turn(self, scope: Scope | None, conversation_id: Any) -> TurnView:
-        """Async twin of :meth:`read_turn`."""
-        ...
-
-    async def aanswers(self, conversation_id: Any, message_id: Any) -> dict[str, Any]:
-        """Async twin of :meth:`answers`."""
-        ...
-
-    async def astop_requested(self, run_ids: Collection[Any]) -> set[uuid.UUID]:
-        """Async twin of :meth:`stop_requested`."""
-        ...
-
-    async def ascope_of(self, conversation_id: Any) -> Scope:
-        """Async twin of :meth:`scope_of`."""
-        ...
-
-    async def adead_turns(self, *, now: datetime | None = None, limit: int = 100) -> list[tuple[Scope, uuid.UUID, uuid.UUID]]:
-        """Async twin of :meth:`dead_turns`."""
-        ...
-
 
 # -- one protocol per store -------------------------------------------------------------------
 #
@@ -428,133 +379,6 @@ class ConversationStoreProtocol(Protocol):
         """Replace the transcript with exactly ``messages`` (a full overwrite); the resulting transcript and its ``tag``."""
         ...
 
-    async def acreate(
-        self,
-        scope: Scope,
-        *,
-        id: Any = None,
-        agent: Any = "",
-        title: Any = None,
-        metadata: Any = None,
-        state: Any = None,
-        shared: Any = False,
-        action_due_at: Any = None,
-    ) -> Conversation:
-        """Async twin of :meth:`create`."""
-        ...
-
-    async def aget(self, scope: Scope, conversation_id: Any) -> Conversation:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def alist(
-        self,
-        scope: Scope,
-        *,
-        limit: Any = None,
-        offset: Any = 0,
-        order: Any = "desc",
-        agent: Any = None,
-        pinned_first: Any = False,
-        action_due_before: Any = None,
-        with_total: bool | None = None,
-    ) -> Page[Conversation]:
-        """Async twin of :meth:`list`."""
-        ...
-
-    async def aupdate(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        title: Any = ...,
-        metadata: Any = ...,
-        state: Any = ...,
-        agent: Any = ...,
-        shared: Any = ...,
-        action_due_at: Any = ...,
-        last_turn_status: Any = ...,
-    ) -> Conversation:
-        """Async twin of :meth:`update`."""
-        ...
-
-    async def aupdate_if(self, scope: Scope, conversation_id: Any, version: Any, **changes: Any) -> Conversation | None:
-        """Async twin of :meth:`update_if`."""
-        ...
-
-    async def adelete(self, scope: Scope, conversation_id: Any) -> None:
-        """Async twin of :meth:`delete`."""
-        ...
-
-    async def ashare(self, scope: Scope, conversation_id: Any, shared: Any = True) -> Conversation:
-        """Async twin of :meth:`share`."""
-        ...
-
-    async def aappend_message(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        role: Any,
-        content: Any,
-        id: Any = None,
-        name: Any = None,
-        tool_call_id: Any = None,
-        tool_calls: Any = None,
-        files: Any = None,
-        metadata: Any = None,
-        usage: Any = None,
-        run_id: Any = None,
-        create: Any = False,
-        agent: Any = "",
-        title: Any = None,
-    ) -> Message:
-        """Async twin of :meth:`append_message`."""
-        ...
-
-    async def aget_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> Message:
-        """Async twin of :meth:`get_message`."""
-        ...
-
-    async def alist_messages(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        limit: Any = None,
-        offset: Any = 0,
-        order: Any = "asc",
-        before: Any = None,
-        after: Any = None,
-        with_total: bool | None = None,
-    ) -> Page[Message]:
-        """Async twin of :meth:`list_messages`."""
-        ...
-
-    async def aupdate_message(
-        self, scope: Scope, conversation_id: Any, message_id: Any, *, content: Any = ..., metadata: Any = ...
-    ) -> Message:
-        """Async twin of :meth:`update_message`."""
-        ...
-
-    async def adelete_message(self, scope: Scope, conversation_id: Any, message_id: Any) -> None:
-        """Async twin of :meth:`delete_message`."""
-        ...
-
-    async def amerge_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
-        if_match: Any = None,
-    ) -> SavedThread:
-        """Async twin of :meth:`merge_messages`."""
-        ...
-
-    async def areplace_messages(
-        self, scope: Scope, conversation_id: Any, messages: Any, *, create: Any = False, agent: Any = "",
-        if_match: Any = None,
-    ) -> SavedThread:
-        """Async twin of :meth:`replace_messages`."""
-        ...
-
 
 @runtime_checkable
 class EventStoreProtocol(Protocol):
@@ -584,34 +408,6 @@ class EventStoreProtocol(Protocol):
 
     def prune(self, *, before: datetime, limit: int | None = None) -> int:
         """Delete up to ``limit`` events created before ``before``, oldest first; returns how many."""
-        ...
-
-    async def aappend(
-        self, scope: Scope, conversation_id: Any, events: list[dict[str, Any]], *, run_id: Any = None
-    ) -> list[Event]:
-        """Async twin of :meth:`append`."""
-        ...
-
-    async def alist(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        after: int = 0,
-        before: int | None = None,
-        types: list[str] | None = None,
-        limit: int | None = None,
-        order: str = "asc",
-    ) -> EventPage:
-        """Async twin of :meth:`list`."""
-        ...
-
-    async def asummary(self, scope: Scope, conversation_ids: list[Any]) -> dict[uuid.UUID, EventSummary]:
-        """Async twin of :meth:`summary`."""
-        ...
-
-    async def aprune(self, *, before: datetime, limit: int | None = None) -> int:
-        """Async twin of :meth:`prune`."""
         ...
 
 
@@ -658,47 +454,6 @@ class LeaseStoreProtocol(Protocol):
         self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
     ) -> Page[Lease]:
         """Expired leases whose key starts with ``prefix``, the longest expired first."""
-        ...
-
-    async def aacquire(
-        self,
-        tenant: str,
-        key: str,
-        holder: str,
-        *,
-        ttl: float,
-        metadata: dict[str, Any] | None = None,
-        now: datetime | None = None,
-    ) -> LeaseResult:
-        """Async twin of :meth:`acquire`."""
-        ...
-
-    async def arenew(self, tenant: str, key: str, holder: str, *, ttl: float, now: datetime | None = None) -> Lease | None:
-        """Async twin of :meth:`renew`."""
-        ...
-
-    async def arelease(self, tenant: str, key: str, holder: str) -> bool:
-        """Async twin of :meth:`release`."""
-        ...
-
-    async def amark_cancel(self, tenant: str, key: str, *, now: datetime | None = None) -> bool:
-        """Async twin of :meth:`mark_cancel`."""
-        ...
-
-    async def aget(self, tenant: str, keys: list[str], *, now: datetime | None = None) -> list[Lease]:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def alist_live(
-        self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
-    ) -> Page[Lease]:
-        """Async twin of :meth:`list_live`."""
-        ...
-
-    async def alist_expired(
-        self, tenant: str, prefix: str = "", *, now: datetime | None = None, limit: int | None = None, offset: int = 0
-    ) -> Page[Lease]:
-        """Async twin of :meth:`list_expired`."""
         ...
 
 
@@ -759,56 +514,6 @@ class FileStoreProtocol(Protocol):
 
     def purge_expired(self, *, before: datetime | str | None = None, limit: int | None = None) -> int:
         """Delete up to ``limit`` files whose ``expires_at`` is at or before ``before``."""
-        ...
-
-    async def asave(
-        self,
-        scope: Scope,
-        *,
-        conversation_id: Any = None,
-        message_id: Any = None,
-        content: Content,
-        name: str,
-        content_type: str = "application/octet-stream",
-        agent: str | None = None,
-        expires_at: datetime | str | None = None,
-    ) -> StoredFile:
-        """Async twin of :meth:`save`."""
-        ...
-
-    async def aget(self, scope: Scope, file_id: Any) -> StoredFile:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def aopen(self, scope: Scope, file_id: Any) -> IO[bytes]:
-        """Async twin of :meth:`open`."""
-        ...
-
-    async def aread(self, scope: Scope, file_id: Any) -> bytes:
-        """Async twin of :meth:`read`."""
-        ...
-
-    async def alist(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        limit: int | None = None,
-        offset: int = 0,
-        order: str = "asc",
-        before: Any = None,
-        after: Any = None,
-        with_total: bool | None = None,
-    ) -> Page[StoredFile]:
-        """Async twin of :meth:`list`."""
-        ...
-
-    async def adelete(self, scope: Scope, file_id: Any) -> None:
-        """Async twin of :meth:`delete`."""
-        ...
-
-    async def apurge_expired(self, *, before: datetime | str | None = None, limit: int | None = None) -> int:
-        """Async twin of :meth:`purge_expired`."""
         ...
 
 
@@ -886,73 +591,6 @@ class TaskStoreProtocol(Protocol):
 
     def delete(self, scope: Scope, task_id: Any) -> None:
         """Delete the task."""
-        ...
-
-    async def acreate(
-        self,
-        scope: Scope,
-        *,
-        title: str,
-        description: str | None = None,
-        conversation_id: Any = None,
-        agent: str | None = None,
-        status: str = "pending",
-        callback_url: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Task:
-        """Async twin of :meth:`create`."""
-        ...
-
-    async def aget(self, scope: Scope, task_id: Any) -> Task:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def alist(
-        self,
-        scope: Scope,
-        *,
-        conversation_id: Any = None,
-        status: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-        order: str = "desc",
-        before: Any = None,
-        after: Any = None,
-        with_total: bool | None = None,
-    ) -> Page[Task]:
-        """Async twin of :meth:`list`."""
-        ...
-
-    async def aupdate(
-        self,
-        scope: Scope,
-        task_id: Any,
-        *,
-        title: Any = ...,
-        description: Any = ...,
-        status: Any = ...,
-        conversation_id: Any = ...,
-        callback_url: Any = ...,
-        metadata: Any = ...,
-        error: Any = ...,
-    ) -> Task:
-        """Async twin of :meth:`update`."""
-        ...
-
-    async def aadd_comment(self, scope: Scope, task_id: Any, text: str, *, author: str | None = None) -> Task:
-        """Async twin of :meth:`add_comment`."""
-        ...
-
-    async def aset_result(self, scope: Scope, task_id: Any, result: Any) -> Task:
-        """Async twin of :meth:`set_result`."""
-        ...
-
-    async def aget_result(self, scope: Scope, task_id: Any) -> Any:
-        """Async twin of :meth:`get_result`."""
-        ...
-
-    async def adelete(self, scope: Scope, task_id: Any) -> None:
-        """Async twin of :meth:`delete`."""
         ...
 
 
@@ -1066,108 +704,6 @@ class RunStoreProtocol(Protocol):
         """Operator or system action: abort an open run; False when it had already finished or is unknown."""
         ...
 
-    async def acreate_or_resume(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        id: Any,
-        message_id: Any,
-        name: str = "",
-        parent_id: Any = None,
-        started_at: datetime | None = None,
-        epoch: int | None = None,
-    ) -> Run:
-        """Async twin of :meth:`create_or_resume`."""
-        ...
-
-    async def aget(self, scope: Scope, run_id: Any) -> Run:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def afind_active_run(self, scope: Scope, conversation_id: Any) -> Run | None:
-        """Async twin of :meth:`find_active_run`."""
-        ...
-
-    async def alist(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        message_id: Any = None,
-        limit: int | None = None,
-        offset: int = 0,
-        order: str = "desc",
-        before: Any = None,
-        after: Any = None,
-        with_total: bool | None = None,
-    ) -> Page[Run]:
-        """Async twin of :meth:`list`."""
-        ...
-
-    async def achildren(self, scope: Scope, run_id: Any) -> list[Run]:
-        """Async twin of :meth:`children`."""
-        ...
-
-    async def alist_by_parent_run(self, scope: Scope, run_id: Any) -> list[Run]:
-        """Async twin of :meth:`list_by_parent_run`."""
-        ...
-
-    async def alist_reclaimable(
-        self, older_than: Any, *, now: datetime | None = None, limit: int | None = None
-    ) -> list[Run]:
-        """Async twin of :meth:`list_reclaimable`."""
-        ...
-
-    async def ais_cancel_requested(self, run_id: Any) -> bool:
-        """Async twin of :meth:`is_cancel_requested`."""
-        ...
-
-    async def aadd_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
-        """Async twin of :meth:`add_usage`."""
-        ...
-
-    async def aset_usage(self, scope: Scope, run_id: Any, usage: dict[str, int | float], *, epoch: int | None = None) -> Run:
-        """Async twin of :meth:`set_usage`."""
-        ...
-
-    async def aset_status(
-        self, scope: Scope, run_id: Any, status: str, *, transcript: list[dict[str, Any]] | None = None,
-        epoch: int | None = None,
-    ) -> Run:
-        """Async twin of :meth:`set_status`."""
-        ...
-
-    async def afinish(
-        self,
-        scope: Scope,
-        run_id: Any,
-        status: str,
-        *,
-        error: dict[str, str] | None = None,
-        finished_at: datetime | None = None,
-        transcript: list[dict[str, Any]] | None = None,
-        epoch: int | None = None,
-    ) -> Run:
-        """Async twin of :meth:`finish`."""
-        ...
-
-    async def amark_detached(self, scope: Scope, run_id: Any, since: datetime | None = None, *, epoch: int | None = None) -> Run:
-        """Async twin of :meth:`mark_detached`."""
-        ...
-
-    async def aclear_detached(self, scope: Scope, run_id: Any, *, epoch: int | None = None) -> Run:
-        """Async twin of :meth:`clear_detached`."""
-        ...
-
-    async def arequest_cancel(self, scope: Scope, run_id: Any) -> Run:
-        """Async twin of :meth:`request_cancel`."""
-        ...
-
-    async def aabort_stuck(self, run_id: Any, *, error: dict[str, str] | None = None) -> bool:
-        """Async twin of :meth:`abort_stuck`."""
-        ...
-
 
 @runtime_checkable
 class InterruptStoreProtocol(Protocol):
@@ -1236,73 +772,6 @@ class InterruptStoreProtocol(Protocol):
 
     def expire_lapsed(self, *, now: datetime | None = None, limit: int | None = None) -> int:
         """System sweep: cancel pending interrupts with ``expires_at <= now``, earliest first."""
-        ...
-
-    async def acreate(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        id: Any,
-        run_id: Any,
-        kind: str,
-        payload: dict[str, Any] | None = None,
-        expires_at: datetime | None = None,
-        requested_at: datetime | None = None,
-        epoch: int | None = None,
-    ) -> Interrupt:
-        """Async twin of :meth:`create`."""
-        ...
-
-    async def aget(self, scope: Scope, interrupt_id: Any) -> Interrupt:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def alist(
-        self, scope: Scope, conversation_id: Any = None, *, status: str | None = None, run_id: Any = None
-    ) -> list[Interrupt]:
-        """Async twin of :meth:`list`."""
-        ...
-
-    async def apending(self, scope: Scope, conversation_id: Any = None, *, run_id: Any = None) -> list[Interrupt]:
-        """Async twin of :meth:`pending`."""
-        ...
-
-    async def ahas_pending(self, conversation_id: Any) -> bool:
-        """Async twin of :meth:`has_pending`."""
-        ...
-
-    async def acommit_batch(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        answers: list[dict[str, Any]],
-        *,
-        resolved_by: str | None = None,
-        now: datetime | None = None,
-        resolved_at: datetime | None = None,
-    ) -> list[Interrupt]:
-        """Async twin of :meth:`commit_batch`."""
-        ...
-
-    async def acancel(
-        self,
-        scope: Scope,
-        interrupt_id: Any,
-        *,
-        resolved_by: str | None = None,
-        resolved_at: datetime | None = None,
-        epoch: int | None = None,
-    ) -> Interrupt:
-        """Async twin of :meth:`cancel`."""
-        ...
-
-    async def acancel_pending(self, scope: Scope, conversation_id: Any, *, run_id: Any = None, epoch: int | None = None) -> int:
-        """Async twin of :meth:`cancel_pending`."""
-        ...
-
-    async def aexpire_lapsed(self, *, now: datetime | None = None, limit: int | None = None) -> int:
-        """Async twin of :meth:`expire_lapsed`."""
         ...
 
 
@@ -1378,74 +847,6 @@ class SupervisionStoreProtocol(Protocol):
         """Operator action: mark a running turn errored and fence its producer."""
         ...
 
-    async def aread(self, conversation_id: Any) -> TurnSupervision | None:
-        """Async twin of :meth:`read`."""
-        ...
-
-    async def astatus(self, scope: Scope, conversation_id: Any, *, now: datetime | None = None) -> TurnStatus:
-        """Async twin of :meth:`status`."""
-        ...
-
-    async def alist_dead(self, *, now: datetime | None = None, limit: int = 100) -> list[TurnSupervision]:
-        """Async twin of :meth:`list_dead`."""
-        ...
-
-    async def acompare_and_swap(
-        self,
-        conversation_id: Any,
-        expected_epoch: int | None,
-        *,
-        status: str,
-        message_id: Any,
-        epoch: int,
-        run_id: Any = None,
-        replica: str = "",
-        heartbeat_at: datetime | None = None,
-    ) -> bool:
-        """Async twin of :meth:`compare_and_swap`."""
-        ...
-
-    async def aclaim(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        message_id: Any,
-        run_id: Any = None,
-        replica: str = "",
-        now: datetime | None = None,
-    ) -> Claim:
-        """Async twin of :meth:`claim`."""
-        ...
-
-    async def aclaim_for_resume(
-        self,
-        scope: Scope,
-        conversation_id: Any,
-        *,
-        message_id: Any,
-        replica: str = "",
-        now: datetime | None = None,
-    ) -> Claim:
-        """Async twin of :meth:`claim_for_resume`."""
-        ...
-
-    async def aheartbeat_many(self, entries: list[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
-        """Async twin of :meth:`heartbeat_many`."""
-        ...
-
-    async def afinish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
-        """Async twin of :meth:`finish`."""
-        ...
-
-    async def adelete(self, conversation_id: Any, *, message_id: Any, epoch: int) -> bool:
-        """Async twin of :meth:`delete`."""
-        ...
-
-    async def aforce_release(self, conversation_id: Any) -> bool:
-        """Async twin of :meth:`force_release`."""
-        ...
-
 
 @runtime_checkable
 class RecordingStoreProtocol(Protocol):
@@ -1475,30 +876,6 @@ class RecordingStoreProtocol(Protocol):
         """Delete up to ``limit`` records of finished turns last written before ``finished_before``."""
         ...
 
-    async def aput(self, conversation_id: Any, *, message_id: Any, index: int, message: dict[str, Any], epoch: int) -> bool:
-        """Async twin of :meth:`put`."""
-        ...
-
-    async def aput_many(self, records: list[dict[str, Any]]) -> set[uuid.UUID]:
-        """Async twin of :meth:`put_many`."""
-        ...
-
-    async def aread(self, scope: Scope, conversation_id: Any) -> StreamRecording | None:
-        """Async twin of :meth:`read`."""
-        ...
-
-    async def aread_unscoped(self, conversation_id: Any) -> StreamRecording | None:
-        """Async twin of :meth:`read_unscoped`."""
-        ...
-
-    async def adelete(self, conversation_id: Any, *, message_id: Any) -> bool:
-        """Async twin of :meth:`delete`."""
-        ...
-
-    async def apurge(self, *, finished_before: datetime | None = None, limit: int | None = None) -> int:
-        """Async twin of :meth:`purge`."""
-        ...
-
 
 @runtime_checkable
 class CheckpointStoreProtocol(Protocol):
@@ -1526,30 +903,6 @@ class CheckpointStoreProtocol(Protocol):
 
     def delete(self, conversation_id: Any) -> None:
         """Forget the conversation's state; nothing happens when there is none."""
-        ...
-
-    async def aload(self, conversation_id: Any) -> dict[str, Any]:
-        """Async twin of :meth:`load`."""
-        ...
-
-    async def aread(self, conversation_id: Any) -> AgentCheckpoint | None:
-        """Async twin of :meth:`read`."""
-        ...
-
-    async def aload_for(self, scope: Scope, conversation_id: Any) -> dict[str, Any]:
-        """Async twin of :meth:`load_for`."""
-        ...
-
-    async def asave(self, conversation_id: Any, state: dict[str, Any], *, epoch: int, message_id: Any = None) -> None:
-        """Async twin of :meth:`save`."""
-        ...
-
-    async def asave_many(self, checkpoints: list[dict[str, Any]]) -> set[uuid.UUID]:
-        """Async twin of :meth:`save_many`."""
-        ...
-
-    async def adelete(self, conversation_id: Any) -> None:
-        """Async twin of :meth:`delete`."""
         ...
 
 
@@ -1594,18 +947,6 @@ class ActivityStoreProtocol(Protocol):
         """Replace the row with the activity's id, or append it; fenced by ``epoch`` when given. Owner only."""
         ...
 
-    async def alist(self, scope: Scope, conversation_id: Any, *, message_id: Any = None) -> list[Activity]:
-        """Async twin of :meth:`list`."""
-        ...
-
-    async def asave(self, scope: Scope, conversation_id: Any, activities: list[dict[str, Any]]) -> list[Activity]:
-        """Async twin of :meth:`save`."""
-        ...
-
-    async def aput(self, scope: Scope, conversation_id: Any, activity: dict[str, Any], *, epoch: int | None = None) -> Activity:
-        """Async twin of :meth:`put`."""
-        ...
-
 
 @runtime_checkable
 class MetadataStoreProtocol(Protocol):
@@ -1621,18 +962,6 @@ class MetadataStoreProtocol(Protocol):
 
     def delete(self, scope: Scope, namespace: str, key: str) -> bool:
         """Remove the value; whether there was one."""
-        ...
-
-    async def aget(self, scope: Scope, namespace: str, key: str, default: Any = None) -> Any:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def aset(self, scope: Scope, namespace: str, key: str, value: Any) -> Any:
-        """Async twin of :meth:`set`."""
-        ...
-
-    async def adelete(self, scope: Scope, namespace: str, key: str) -> bool:
-        """Async twin of :meth:`delete`."""
         ...
 
 
@@ -1680,38 +1009,6 @@ class BlobStoreProtocol(Protocol):
 
     def list(self, tenant: str, *, prefix: str = "", cursor: str | None = None, limit: int | None = None) -> BlobPage:
         """Blobs whose key starts with ``prefix`` (literal, case-sensitive), ascending, after ``cursor``."""
-        ...
-
-    async def aput(
-        self,
-        tenant: str,
-        key: str,
-        content: Content,
-        *,
-        content_type: str | None = None,
-        custom_metadata: dict[str, str] | None = None,
-    ) -> Blob:
-        """Async twin of :meth:`put`."""
-        ...
-
-    async def ahead(self, tenant: str, key: str) -> Blob | None:
-        """Async twin of :meth:`head`."""
-        ...
-
-    async def aopen(self, tenant: str, key: str) -> tuple[Blob, IO[bytes]]:
-        """Async twin of :meth:`open`."""
-        ...
-
-    async def aget(self, tenant: str, key: str, *, byte_range: ByteRange | None = None) -> BlobRead:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def adelete(self, tenant: str, key: str) -> bool:
-        """Async twin of :meth:`delete`."""
-        ...
-
-    async def alist(self, tenant: str, *, prefix: str = "", cursor: str | None = None, limit: int | None = None) -> BlobPage:
-        """Async twin of :meth:`list`."""
         ...
 
 
@@ -1781,68 +1078,6 @@ class ArtifactStoreProtocol(Protocol):
         """Delete every artifact of the run and their blobs; how many. Owner only."""
         ...
 
-    async def asave(
-        self,
-        scope: Scope,
-        *,
-        run_id: Any,
-        content: Content,
-        media_type: Any = None,
-        name: Any = "",
-        metadata: Any = None,
-    ) -> Artifact:
-        """Async twin of :meth:`save`."""
-        ...
-
-    async def asave_record(
-        self,
-        scope: Scope,
-        *,
-        id: Any,
-        run_id: Any,
-        blob_key: Any = None,
-        source_url: Any = None,
-        media_type: Any = None,
-        name: Any = "",
-        size: Any = None,
-        metadata: Any = None,
-        created_at: Any = None,
-    ) -> Artifact:
-        """Async twin of :meth:`save_record`."""
-        ...
-
-    async def aget(self, scope: Scope, artifact_id: Any) -> Artifact:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def aopen(self, scope: Scope, artifact_id: Any) -> tuple[Artifact, IO[bytes]]:
-        """Async twin of :meth:`open`."""
-        ...
-
-    async def aread(self, scope: Scope, artifact_id: Any, *, byte_range: ByteRange | None = None) -> BlobRead:
-        """Async twin of :meth:`read`."""
-        ...
-
-    async def alist_by_run(
-        self, scope: Scope, run_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
-    ) -> Page[Artifact]:
-        """Async twin of :meth:`list_by_run`."""
-        ...
-
-    async def alist_by_conversation(
-        self, scope: Scope, conversation_id: Any, *, limit: Any = None, offset: Any = 0, with_total: Any = None
-    ) -> Page[Artifact]:
-        """Async twin of :meth:`list_by_conversation`."""
-        ...
-
-    async def adelete(self, scope: Scope, artifact_id: Any) -> None:
-        """Async twin of :meth:`delete`."""
-        ...
-
-    async def adelete_for_run(self, scope: Scope, run_id: Any) -> int:
-        """Async twin of :meth:`delete_for_run`."""
-        ...
-
 
 @runtime_checkable
 class GenerationRunStoreProtocol(Protocol):
@@ -1890,26 +1125,6 @@ class GenerationRunStoreProtocol(Protocol):
 
     def delete(self, scope: Scope, run_id: Any) -> None:
         """Delete the run, its artifacts and their blobs. Owner only."""
-        ...
-
-    async def acreate_or_resume(self, scope: Scope, **options: Any) -> GenerationRun:
-        """Async twin of :meth:`create_or_resume`."""
-        ...
-
-    async def aget(self, scope: Scope, run_id: Any) -> GenerationRun:
-        """Async twin of :meth:`get`."""
-        ...
-
-    async def aupdate(self, scope: Scope, run_id: Any, **changes: Any) -> GenerationRun | None:
-        """Async twin of :meth:`update`."""
-        ...
-
-    async def alatest(self, scope: Scope, slot: Any) -> GenerationRun | None:
-        """Async twin of :meth:`latest`."""
-        ...
-
-    async def adelete(self, scope: Scope, run_id: Any) -> None:
-        """Async twin of :meth:`delete`."""
         ...
 
 

@@ -12,7 +12,6 @@ holds the conversation.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,48 +23,18 @@ from ..conf import app_settings
 from ..exceptions import Validation
 from ..models import StreamRecording, SupervisionStatus
 from ..scope import Scope
-from .base import async_twin, clean_datetime, clean_object, lookup_id, parse_id, readable_conversation
-from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, upsert_unless_newer
-
-RECORD_KEYS = frozenset({"conversation_id", "message_id", "index", "message", "epoch"})
-
-
-@dataclass(frozen=True)
-class RecordingWrite:
-    """One cleaned record, ready to be written."""
-
-    conversation_id: uuid.UUID
-    message_id: uuid.UUID
-    index: int
-    message: dict[str, Any]
-    epoch: int
-
-
-def clean_record(conversation_id: Any, *, message_id: Any, index: Any, message: Any, epoch: Any) -> RecordingWrite:
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise Validation("index must be a whole number, 0 or more.", field="index")
-    if not isinstance(message, dict):
-        raise Validation("message must be a JSON object.", field="message")
-    return RecordingWrite(
-        conversation_id=lookup_id(conversation_id),
-        message_id=parse_id(message_id, "message_id"),
-        index=index,
-        message=clean_object(message, "message", max_bytes=app_settings.MAX_MESSAGE_BYTES),
-        epoch=clean_lease_epoch(epoch),
-    )
-
-
-def clean_batch(records: Any) -> list[RecordingWrite]:
-    """The batch's records, the last one per conversation (a newer flush replaces an older one)."""
-    if not isinstance(records, (list, tuple)):
-        raise Validation("records must be a list of records.", field="records")
-    latest: dict[uuid.UUID, RecordingWrite] = {}
-    for record in records:
-        if not isinstance(record, dict) or set(record) != RECORD_KEYS:
-            raise Validation(f"Each record must have exactly the keys {', '.join(sorted(RECORD_KEYS))}.", field="records")
-        cleaned = clean_record(**record)
-        latest[cleaned.conversation_id] = cleaned
-    return list(latest.values())
+from .base import clean_datetime, lookup_id, parse_id, readable_conversation
+from .fencing import fence, fence_many, limit_lock_wait, upsert_unless_newer
+from .protocols import RecordingStoreProtocol
+from .rules.recordings import (  # re-exported: these rules moved to agent_persistence/stores/rules/recordings.py
+    RECORD_KEYS as RECORD_KEYS,
+)
+from .rules.recordings import (
+    RecordingWrite,
+    clean_batch,
+    clean_record,
+)
+from .twins import twins_of
 
 
 def upsert(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
@@ -84,7 +53,7 @@ def upsert(records: list[RecordingWrite], now: datetime) -> set[uuid.UUID]:
     return upsert_unless_newer(StreamRecording, rows)
 
 
-class RecordingStore:
+class RecordingStore(twins_of(RecordingStoreProtocol)):
     """The stream recording of each conversation."""
 
     def put(self, conversation_id: Any, *, message_id: Any, index: int, message: dict[str, Any], epoch: int) -> bool:
@@ -160,11 +129,3 @@ class RecordingStore:
         # The conditions are checked again by the DELETE: a record written since is kept.
         deleted, _ = StreamRecording.objects.filter(purgeable, pk__in=batch).delete()
         return deleted
-
-    aput = async_twin("put")
-    aput_many = async_twin("put_many")
-    aread = async_twin("read")
-    aread_unscoped = async_twin("read_unscoped")
-    adelete = async_twin("delete")
-    apurge = async_twin("purge")
-

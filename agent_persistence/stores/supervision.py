@@ -14,9 +14,8 @@ lives in :mod:`.fencing`.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -24,131 +23,44 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..exceptions import Busy, Conflict, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
-from ..statuses import TurnState
 from ..scope import Scope
 from .base import (
-    async_twin,
     clean_datetime,
-    clean_text,
     lookup_id,
     parse_id,
     readable_conversation,
     writable_conversation,
 )
-from .fencing import clean_lease_epoch, fence_many, lock_turn
-from .fencing import fence  # noqa: F401  (importable from here, where it used to live)
-
-RUNNING = SupervisionStatus.RUNNING.value
-FINISHED_STATUSES = (SupervisionStatus.DONE.value, SupervisionStatus.ERRORED.value)
+from .fencing import (
+    clean_lease_epoch,
+    fence,  # noqa: F401  (importable from here, where it used to live)
+    fence_many,
+    lock_turn,
+)
+from .protocols import SupervisionStoreProtocol
+from .rules.supervision import (
+    FINISHED_STATUSES,
+    RUNNING,
+    Claim,
+    PreviousTurn,
+    TurnStatus,
+    clean_now,
+    clean_replica,
+    clean_run_id,
+    clean_status,
+    is_dead,
+    occupant_of,
+    status_of,
+)
+from .rules.supervision import (  # re-exported: these rules moved to agent_persistence/stores/rules/supervision.py
+    heartbeat_age as heartbeat_age,
+)
+from .twins import twins_of
 
 # -- what readers get -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TurnStatus:
-    """The state of a conversation's turn, judged at read time.
-
-    ``state`` is "idle" (no row), "alive" or "dead" (a running row whose
-    heartbeat is at most / more than ``DEAD_AFTER`` seconds old), "done" or
-    "errored". ``epoch`` is the row's epoch, or the conversation's when idle.
-    """
-
-    state: str
-    message_id: uuid.UUID | None = None
-    run_id: uuid.UUID | None = None
-    epoch: int = 0
-    replica: str = ""
-    heartbeat_age: float | None = None
-    heartbeat_at: datetime | None = None
-
-    @property
-    def running(self) -> bool:
-        """A producer holds the turn, alive or dead."""
-        return self.state in (TurnState.ALIVE, TurnState.DEAD)
-
-
-class PreviousTurn(NamedTuple):
-    """The turn a claim replaced."""
-
-    message_id: uuid.UUID
-    run_id: uuid.UUID | None
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A won claim: the producer's ``epoch`` and what it replaced.
-
-    ``taken_over`` is true when the previous row was a dead running turn.
-    """
-
-    epoch: int
-    message_id: uuid.UUID
-    run_id: uuid.UUID | None
-    taken_over: bool
-    previous: PreviousTurn | None
-
-
-def heartbeat_age(row: TurnSupervision, now: datetime) -> float:
-    """Seconds since the row's heartbeat; a clock slightly ahead on another replica reads as 0."""
-    return max(0.0, (now - row.heartbeat_at).total_seconds())
-
-
-def is_dead(row: TurnSupervision, now: datetime) -> bool:
-    """A running row whose producer stopped heartbeating more than ``DEAD_AFTER`` seconds ago."""
-    return row.status == RUNNING and heartbeat_age(row, now) > app_settings.DEAD_AFTER
-
-
-def status_of(row: TurnSupervision | None, *, now: datetime | None = None, idle_epoch: int = 0) -> TurnStatus:
-    """The :class:`TurnStatus` a row stands for at ``now`` (the admin shows the same verdict)."""
-    if row is None:
-        return TurnStatus(state=TurnState.IDLE, epoch=idle_epoch)
-    now = now or timezone.now()
-    if row.status == RUNNING:
-        state = TurnState.DEAD if is_dead(row, now) else TurnState.ALIVE
-    else:
-        state = row.status
-    return TurnStatus(
-        state=state,
-        message_id=row.message_id,
-        run_id=row.run_id,
-        epoch=row.epoch,
-        replica=row.replica,
-        heartbeat_age=heartbeat_age(row, now),
-        heartbeat_at=row.heartbeat_at,
-    )
-
-
-def occupant_of(row: TurnSupervision, now: datetime) -> dict[str, Any]:
-    """The live turn a refused claim reports (the 409's details)."""
-    return {
-        "message_id": str(row.message_id),
-        "run_id": str(row.run_id) if row.run_id else None,
-        "heartbeat_age": round(heartbeat_age(row, now), 3),
-        "epoch": row.epoch,
-    }
-
-
 # -- cleaning ---------------------------------------------------------------------------------
-
-
-def clean_now(value: Any) -> datetime:
-    return clean_datetime(value, "now") or timezone.now()
-
-
-def clean_status(value: Any, allowed: Iterable[str]) -> str:
-    allowed = tuple(allowed)
-    if value not in allowed:
-        raise Validation(f"status must be one of {', '.join(allowed)}.", field="status")
-    return str(value)
-
-
-def clean_replica(value: Any) -> str:
-    return clean_text(value, "replica", max_length=255) or ""
-
-
-def clean_run_id(value: Any) -> uuid.UUID | None:
-    return None if value is None else parse_id(value, "run_id")
 
 
 class _Lost(Exception):
@@ -158,7 +70,7 @@ class _Lost(Exception):
 # -- the store --------------------------------------------------------------------------------
 
 
-class SupervisionStore:
+class SupervisionStore(twins_of(SupervisionStoreProtocol)):
     """The supervision row of each conversation: claims, heartbeats, terminal status."""
 
     # -- reading ------------------------------------------------------------------------------
@@ -346,17 +258,6 @@ class SupervisionStore:
             if not (released and raised):
                 raise _inconsistent()
             return True
-
-    aread = async_twin("read")
-    astatus = async_twin("status")
-    alist_dead = async_twin("list_dead")
-    acompare_and_swap = async_twin("compare_and_swap")
-    aclaim = async_twin("claim")
-    aclaim_for_resume = async_twin("claim_for_resume")
-    aheartbeat_many = async_twin("heartbeat_many")
-    afinish = async_twin("finish")
-    adelete = async_twin("delete")
-    aforce_release = async_twin("force_release")
 
 
 # -- the claim's read-decide-write ------------------------------------------------------------

@@ -12,23 +12,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import NotFound, StorageLimit, Validation
+from ..exceptions import NotFound, StorageLimit
 from ..ids import uuid7
 from ..models import Task, TaskStatus
 from ..scope import Scope
 from .base import (
     UNSET,
     Page,
-    async_twin,
     check_scope,
-    clean_json,
-    clean_object,
     clean_order,
     clean_paging,
     clean_text,
@@ -38,56 +33,25 @@ from .base import (
     parse_id,
     writable_conversation,
 )
-
-MAX_TITLE_LENGTH = 500
-MAX_CALLBACK_URL_LENGTH = 2000
-MAX_NAME_LENGTH = 255
-
-_http_url = URLValidator(schemes=["http", "https"])
-
+from .protocols import TaskStoreProtocol
+from .rules.tasks import (  # re-exported: these rules moved to agent_persistence/stores/rules/tasks.py
+    MAX_CALLBACK_URL_LENGTH as MAX_CALLBACK_URL_LENGTH,
+    MAX_TITLE_LENGTH as MAX_TITLE_LENGTH,
+    _http_url as _http_url,
+)
+from .rules.tasks import (
+    MAX_NAME_LENGTH,
+    clean_callback_url,
+    clean_description,
+    clean_error,
+    clean_metadata,
+    clean_result,
+    clean_status,
+    clean_title,
+)
+from .twins import twins_of
 
 # -- cleaning input ---------------------------------------------------------------------------
-
-
-def clean_title(title: Any) -> str:
-    title = clean_text(title, "title", max_length=MAX_TITLE_LENGTH)
-    if not title.strip():
-        raise Validation("title may not be blank.", field="title")
-    return title
-
-
-def clean_description(description: Any) -> str | None:
-    # A description is prose like a message, so it shares the message size limit.
-    return clean_text(description, "description", max_length=app_settings.MAX_MESSAGE_BYTES, null=True)
-
-
-def clean_status(status: Any, field_name: str = "status") -> str:
-    if status not in TaskStatus.values:
-        raise Validation(f"{field_name} must be one of {', '.join(TaskStatus.values)}.", field=field_name)
-    return str(status)
-
-
-def clean_callback_url(url: Any) -> str | None:
-    url = clean_text(url, "callback_url", max_length=MAX_CALLBACK_URL_LENGTH, null=True)
-    if url is None:
-        return None
-    try:
-        _http_url(url)
-    except ValidationError:
-        raise Validation("callback_url must be an http or https URL.", field="callback_url") from None
-    return url
-
-
-def clean_metadata(metadata: Any) -> dict[str, Any]:
-    return clean_object(metadata, "metadata", max_bytes=app_settings.MAX_MESSAGE_BYTES)
-
-
-def clean_error(error: Any) -> Any:
-    return clean_json(error, "error", max_bytes=app_settings.MAX_MESSAGE_BYTES)
-
-
-def clean_result(result: Any) -> Any:
-    return clean_json(result, "result", max_bytes=app_settings.MAX_STATE_BYTES)
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -112,7 +76,7 @@ def owned_tasks(scope: Scope) -> Any:
     return Task.objects.filter(tenant=scope.tenant, owner=scope.user)
 
 
-class TaskStore:
+class TaskStore(twins_of(TaskStoreProtocol)):
     """Background tasks, each visible to its owner only."""
 
     def create(
@@ -288,14 +252,6 @@ class TaskStore:
         if not deleted:
             raise NotFound("No such task.")
 
-    acreate = async_twin("create")
-    aget = async_twin("get")
-    alist = async_twin("list")
-    aupdate = async_twin("update")
-    aadd_comment = async_twin("add_comment")
-    aset_result = async_twin("set_result")
-    aget_result = async_twin("get_result")
-    adelete = async_twin("delete")
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -315,4 +271,3 @@ class TaskStore:
             "error": clean_error,
         }
         return {name: cleaners[name](value) for name, value in fields.items() if value is not UNSET}
-

@@ -43,24 +43,31 @@ from ..models import Conversation, Interrupt, Message, Run, StreamRecording, Tur
 from ..scope import Scope
 from ..statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus, TurnState
 from . import appends
-from .base import async_twin, bump_counter, can_read, check_scope, check_writable, lookup_id, parse_id
+from .base import bump_counter, can_read, check_scope, check_writable, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message, insert_message, message_conflict
 from .events import EventStore
 from .fencing import LOCK_ATTEMPTS, contended, fence, limit_lock_wait, lock_turn
 from .interrupts import InterruptStore
-from .protocols import Continuation, Seal, TurnPlan, TurnView
+from .protocols import Continuation, Seal, TurnPlan, TurnStoreProtocol, TurnView
+from .rules.turns import (
+    FORCE_RELEASED,
+    PRODUCER_LOST,
+    TURN_ENDED,
+    announce,
+    clean_known_agents,
+    clean_seal,
+    idle_event,
+    lost_event,
+    running_event,
+    unknown_agent,
+)
+from .rules.turns import (  # re-exported: these rules moved to agent_persistence/stores/rules/turns.py
+    event_data as event_data,
+)
 from .runs import clean_error
 from .supervision import clean_replica, is_dead, occupant_of, status_of
-
-
-#: The error of a run whose producer stopped heartbeating.
-PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
-#: The error of a run an operator released.
-FORCE_RELEASED = {"code": "force_released", "message": "An operator released this conversation."}
-#: The error of a run the turn left open when it ended: a subagent parked at an interrupt and never continued.
-TURN_ENDED = {"code": "turn_ended", "message": "The turn ended without continuing this run."}
-
+from .twins import twins_of
 
 # -- locking ----------------------------------------------------------------------------------
 
@@ -137,65 +144,12 @@ def new_run(pk: uuid.UUID, *, run_id: uuid.UUID, message_id: uuid.UUID, name: st
     )
 
 
-def event_data(message_id: uuid.UUID, run_id: uuid.UUID | None = None, **extra: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {"message_id": str(message_id)}
-    if run_id is not None:
-        data["run_id"] = str(run_id)
-    data.update({key: value for key, value in extra.items() if value is not None})
-    return data
-
-
-def running_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, **extra: Any) -> dict[str, Any]:
-    return {"type": "status_running", "data": event_data(message_id, run_id, epoch=epoch, **extra)}
-
-
-def lost_event(message_id: uuid.UUID, epoch: int) -> dict[str, Any]:
-    return {"type": "producer_lost", "data": {"message_id": str(message_id), "epoch": epoch}}
-
-
-def idle_event(message_id: uuid.UUID, run_id: uuid.UUID | None, stop_reason: str,
-               error: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"type": "status_idle", "data": event_data(message_id, run_id, stop_reason=stop_reason, error=error)}
-
-
 def pending_ids(pk: uuid.UUID) -> list[uuid.UUID]:
     return list(
         Interrupt.objects.filter(conversation_id=pk, status=InterruptStatus.PENDING)
         .order_by("requested_at", "id")
         .values_list("pk", flat=True)
     )
-
-
-def clean_seal(seal: Any) -> Seal:
-    if not isinstance(seal, Seal):
-        raise TypeError("seal must be a Seal.")
-    return seal
-
-
-def clean_known_agents(known_agents: Any) -> frozenset[str]:
-    if isinstance(known_agents, str) or not isinstance(known_agents, Collection):
-        raise TypeError("known_agents must be a collection of agent names.")
-    return frozenset(name for name in known_agents if isinstance(name, str))
-
-
-def unknown_agent(name: str) -> Validation:
-    return Validation(f"No agent is registered as {name!r}.", code="unknown_agent", field="agent")
-
-
-def announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID | None,
-             view: TurnView | None = None) -> None:
-    """``conversation_updated`` (ids only), once the transaction that sealed the turn has committed.
-
-    ``view`` is the sealed turn as :meth:`TurnStore.read_turn` would read it now; receivers in this
-    process get it from :func:`..runtime.hooks.sealed_view` during the send.
-    """
-    from ..runtime import hooks
-    from ..signals import conversation_updated
-
-    with hooks.sealing(view):
-        conversation_updated.send(
-            sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id
-        )
 
 
 def final_of(content: Any, tool_calls: Any, metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -210,7 +164,7 @@ def final_of(content: Any, tool_calls: Any, metadata: dict[str, Any] | None) -> 
 # -- the store --------------------------------------------------------------------------------
 
 
-class TurnStore:
+class TurnStore(twins_of(TurnStoreProtocol)):
     """The turn aggregate on the Django ORM: see the module's lock order."""
 
     def __init__(self) -> None:
@@ -724,16 +678,3 @@ class TurnStore:
             checkpoint=checkpoint,
             answers=self.answers(pk, message_id) if resumed else {},
         )
-
-    abegin = async_twin("begin")
-    acontinue_after_answers = async_twin("continue_after_answers")
-    aresume = async_twin("resume")
-    asuspend = async_twin("suspend")
-    aseal = async_twin("seal")
-    aclose_out = async_twin("close_out")
-    aforce_release = async_twin("force_release")
-    aread_turn = async_twin("read_turn")
-    aanswers = async_twin("answers")
-    astop_requested = async_twin("stop_requested")
-    ascope_of = async_twin("scope_of")
-    adead_turns = async_twin("dead_turns")

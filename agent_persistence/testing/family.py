@@ -6,12 +6,12 @@ same family, never through the models: that is what lets a backend without
 tables (the in-memory one) run the very same suite. Override ``make_stores()``
 in a subclass to run a suite against another family::
 
-    from agent_persistence.stores.memory import memory_family
+    from agent_persistence.testing.family import memory_stores
     from agent_persistence.testing.runs import RunStoreContract
 
     class TestMemoryRunStore(RunStoreContract):
         def make_stores(self):
-            return memory_family()
+            return memory_stores()
 
 The helpers below use store calls only (and a frozen clock where a test needs
 equal or past timestamps).
@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from unittest import mock
@@ -37,125 +36,15 @@ from ..exceptions import NotFound
 from ..ids import uuid7
 from ..statuses import SupervisionStatus
 from ..scope import Scope
+from ..stores.family import Stores
 from .actors import ALICE, BOB, MALLORY
-from .concurrency import run_in_processes, run_in_threads
-
-
-@dataclass
-class Stores:
-    """One instance of every store of a backend family; they share whatever state the family keeps.
-
-    ``across_processes`` says whether the family's state is shared by forked
-    processes (a database is; a process's memory is not): race tests that need
-    several processes run their workers as threads when it is False.
-    ``content_exists`` tells whether a file record's content is still stored,
-    ``stored_contents`` names every content the backend keeps (to prove a
-    failed save left none behind) and ``lose_content`` removes a record's
-    content behind the store's back: what the file store cannot show through
-    its own API, since an orphan is by definition out of its reach.
-    """
-
-    conversations: Any
-    events: Any
-    leases: Any
-    files: Any
-    tasks: Any
-    runs: Any
-    interrupts: Any
-    supervision: Any
-    recordings: Any
-    checkpoints: Any
-    turns: Any = None
-    across_processes: bool = True
-    content_exists: Callable[[Any], bool] = lambda record: False
-    stored_contents: Callable[[], set[Any]] = set
-    lose_content: Callable[[Any], None] = lambda record: None
-    activities: Any = None
-    metadata: Any = None
-    # Blobs, artifacts and generation runs (issue 11); ``stored_blobs`` names every blob's bytes the backend keeps.
-    blobs: Any = None
-    artifacts: Any = None
-    generations: Any = None
-    stored_blobs: Callable[[], set[Any]] = set
-
-    def run_in_processes(self, count: int, target: Callable[[int], Any], *, timeout: float = 120.0) -> list[Any]:
-        """``target(i)`` in ``count`` OS processes, or threads when the family lives in one process's memory."""
-        if self.across_processes:
-            return run_in_processes(count, target, timeout=timeout)
-        return run_in_threads(count, target, timeout=timeout)
-
-
-def _file_storage() -> Any:
-    from ..models import StoredFile
-
-    return StoredFile._meta.get_field("content").storage
-
-
-def _content_in_storage(record: Any) -> bool:
-    return bool(record.content.name) and _file_storage().exists(record.content.name)
-
-
-def _names_in_storage() -> set[str]:
-    """Every content name under the upload folder of the file storage."""
-    prefix = app_settings.FILE_UPLOAD_TO.split("%", 1)[0]
-    storage = _file_storage()
-    names: set[str] = set()
-    folders = [prefix.rsplit("/", 1)[0] if "/" in prefix else ""]
-    while folders:
-        folder = folders.pop()
-        try:
-            subfolders, files = storage.listdir(folder)
-        except FileNotFoundError:
-            continue
-        path = f"{folder}/" if folder else ""
-        folders.extend(path + name for name in subfolders)
-        names.update(path + name for name in files)
-    return names
-
-
-def _delete_from_storage(record: Any) -> None:
-    _file_storage().delete(record.content.name)
 
 
 def orm_stores() -> Stores:
-    """The Django ORM family (the shipped defaults)."""
-    from ..stores.checkpoints import CheckpointStore
-    from ..stores.conversations import ConversationStore
-    from ..stores.events import EventStore
-    from ..stores.files import FileStore
-    from ..stores.interrupts import InterruptStore
-    from ..stores.leases import LeaseStore
-    from ..stores.recordings import RecordingStore
-    from ..stores.runs import RunStore
-    from ..stores.supervision import SupervisionStore
-    from ..stores.tasks import TaskStore
-    from ..stores.turns import TurnStore
-    from ..stores.activities import ActivityStore
-    from ..stores.metadata import MetadataStore
+    """The Django ORM family (the shipped default, :mod:`agent_persistence.stores.orm.family`)."""
+    from ..stores.orm.family import stores
 
-    return Stores(
-        conversations=ConversationStore(),
-        events=EventStore(),
-        leases=LeaseStore(),
-        files=FileStore(),
-        tasks=TaskStore(),
-        runs=RunStore(),
-        interrupts=InterruptStore(),
-        supervision=SupervisionStore(),
-        recordings=RecordingStore(),
-        checkpoints=CheckpointStore(),
-        turns=TurnStore(),
-        across_processes=True,
-        content_exists=_content_in_storage,
-        stored_contents=_names_in_storage,
-        lose_content=_delete_from_storage,
-        activities=ActivityStore(),
-        metadata=MetadataStore(),
-        blobs=_orm_blob_store(),
-        artifacts=_orm_artifact_store(),
-        generations=_orm_generation_store(),
-        stored_blobs=_blob_names_in_storage,
-    )
+    return stores()
 
 
 class FamilyContract:
@@ -319,103 +208,10 @@ def claim_at(stores: Stores, conversation: Any, epoch: int, *, message_id: Any =
 
 
 
+
 def memory_stores(database: Any = None) -> Stores:
-    """The in-memory family (:mod:`agent_persistence.stores.memory`), on a fresh database unless one is given."""
-    from ..stores.memory.checkpoints import MemoryCheckpointStore
-    from ..stores.memory.conversations import MemoryConversationStore
+    """The in-memory family (:mod:`agent_persistence.stores.memory.family`), on a fresh database unless one is given."""
     from ..stores.memory.database import MemoryDatabase
-    from ..stores.memory.events import MemoryEventStore
-    from ..stores.memory.files import MemoryFileStore
-    from ..stores.memory.interrupts import MemoryInterruptStore
-    from ..stores.memory.leases import MemoryLeaseStore
-    from ..stores.memory.recordings import MemoryRecordingStore
-    from ..stores.memory.runs import MemoryRunStore
-    from ..stores.memory.supervision import MemorySupervisionStore
-    from ..stores.memory.tasks import MemoryTaskStore
-    from ..stores.memory.turns import MemoryTurnStore
-    from ..stores.memory.activities import MemoryActivityStore
-    from ..stores.memory.metadata import MemoryMetadataStore
+    from ..stores.memory.family import stores
 
-    db = database if database is not None else MemoryDatabase()
-    return Stores(
-        conversations=MemoryConversationStore(db),
-        events=MemoryEventStore(db),
-        leases=MemoryLeaseStore(db),
-        files=MemoryFileStore(db),
-        tasks=MemoryTaskStore(db),
-        runs=MemoryRunStore(db),
-        interrupts=MemoryInterruptStore(db),
-        supervision=MemorySupervisionStore(db),
-        recordings=MemoryRecordingStore(db),
-        checkpoints=MemoryCheckpointStore(db),
-        across_processes=False,
-        content_exists=lambda record: record.pk in db.file_contents,
-        stored_contents=lambda: set(db.file_contents),
-        lose_content=lambda record: db.file_contents.pop(record.pk, None),
-        turns=MemoryTurnStore(db),
-        activities=MemoryActivityStore(db),
-        metadata=MemoryMetadataStore(db),
-        blobs=_memory_blob_store(db),
-        artifacts=_memory_artifact_store(db),
-        generations=_memory_generation_store(db),
-        stored_blobs=lambda: set(db.blob_contents),
-    )
-
-
-# -- blobs, artifacts and generation runs (issue 11) ----------------------------------------------
-
-
-def _orm_blob_store() -> Any:
-    from ..stores.blobs import BlobStore
-
-    return BlobStore()
-
-
-def _orm_artifact_store() -> Any:
-    from ..stores.artifacts import ArtifactStore
-
-    return ArtifactStore()
-
-
-def _orm_generation_store() -> Any:
-    from ..stores.generations import GenerationRunStore
-
-    return GenerationRunStore()
-
-
-def _memory_blob_store(db: Any) -> Any:
-    from ..stores.memory.blobs import MemoryBlobStore
-
-    return MemoryBlobStore(db)
-
-
-def _memory_artifact_store(db: Any) -> Any:
-    from ..stores.memory.artifacts import MemoryArtifactStore
-
-    return MemoryArtifactStore(db)
-
-
-def _memory_generation_store(db: Any) -> Any:
-    from ..stores.memory.generations import MemoryGenerationRunStore
-
-    return MemoryGenerationRunStore(db)
-
-
-def _blob_names_in_storage() -> set[str]:
-    """Every object name under the blob upload folder of the blob storage."""
-    from ..models.artifacts import blob_storage
-
-    storage = blob_storage()
-    prefix = app_settings.BLOB_UPLOAD_TO.split("%", 1)[0].rstrip("/")
-    names: set[str] = set()
-    folders = [prefix]
-    while folders:
-        folder = folders.pop()
-        try:
-            subfolders, files = storage.listdir(folder)
-        except FileNotFoundError:
-            continue
-        path = f"{folder}/" if folder else ""
-        folders.extend(path + name for name in subfolders)
-        names.update(path + name for name in files)
-    return names
+    return stores(database if database is not None else MemoryDatabase())

@@ -20,7 +20,8 @@ from agent_persistence.stores.memory.conversations import MemoryConversationStor
 from agent_persistence.stores.memory.database import MemoryDatabase
 from agent_persistence.testing.turns import COMPLETED
 
-pytestmark = pytest.mark.django_db
+# The conversation store is swapped alone, with the deprecated CONVERSATION_STORE key (STORES names whole families).
+pytestmark = [pytest.mark.django_db, pytest.mark.filterwarnings("ignore:AGENT_PERSISTENCE.*is deprecated:DeprecationWarning")]
 
 
 def url(pk: Any) -> str:

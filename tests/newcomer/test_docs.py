@@ -218,3 +218,15 @@ def test_the_node_snippets_are_modules_node_runs(tmp_path: Path) -> None:
         (tmp_path / name).write_text(body)
         checked = subprocess.run(["node", "--check", str(tmp_path / name)], capture_output=True, text=True, timeout=60)
         assert checked.returncode == 0, f"{name}:\n{checked.stderr}"
+
+
+def test_the_readmes_resume_promise_names_the_reaper_it_depends_on() -> None:
+    """The README promises a resume after a lost replica; that needs a reaper, which is off by default."""
+    from agent_persistence.conf import DEFAULTS
+
+    readme = (ROOT / "README.md").read_text()
+    promise = next(paragraph for paragraph in readme.split("\n- ") if "resumes the turn" in paragraph)
+    assert DEFAULTS["REAPER_ENABLED"] is False
+    assert "REAPER_ENABLED" in promise and "reap_turns --resume --loop" in promise, promise
+    howto = (ROOT / "docs/howto/recover-dead-turns.md").read_text()
+    assert '"REAPER_ENABLED": True' in howto and "reap_turns --resume --loop" in howto

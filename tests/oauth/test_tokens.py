@@ -125,6 +125,7 @@ class ChurnedLeaseStore(LeaseStore):
 
 
 @pytest.mark.django_db
+@pytest.mark.filterwarnings("ignore:AGENT_PERSISTENCE.*is deprecated:DeprecationWarning")  # LEASE_STORE swapped alone
 def test_a_refresh_waits_out_a_churned_lease_instead_of_failing(api, browser, user, oauth_server, settings):
     connect(api, browser, oauth_server)
     expire_soon()

@@ -82,9 +82,10 @@ def start_servers(env: dict[str, str], count: int = 2) -> list[Server]:
 
 
 @asynccontextmanager
-async def socket_to(server: Server, conversation_id: Any, session_key: str) -> AsyncIterator[Any]:
+async def socket_to(server: Server, conversation_id: Any, session_key: str, close_timeout: float = 10) -> AsyncIterator[Any]:
+    """A websocket to ``server``; ``close_timeout`` bounds the closing handshake (short for a server the test kills)."""
     async with websockets.connect(server.url(conversation_id), additional_headers={"Cookie": f"sessionid={session_key}"},
-                                  max_size=None, open_timeout=10) as connection:
+                                  max_size=None, open_timeout=10, close_timeout=close_timeout) as connection:
         yield connection
 
 

@@ -90,7 +90,7 @@ async def test_the_producer_killed_mid_answer_and_the_turn_resumed_on_b(servers:
     async with socket_to(b, conversation_id, key) as follower_socket:
         await send(follower_socket, {"type": "attach"})
         client = await receive(follower_socket, StreamClient(), until="status")
-        async with socket_to(a, conversation_id, key) as producer_socket:
+        async with socket_to(a, conversation_id, key, close_timeout=0.5) as producer_socket:
             await send(producer_socket, {"type": "start", "content": "go"})
             await receive(follower_socket, client, min_text=len(ANSWER) // 2)
             await sync_to_async(a.kill)()

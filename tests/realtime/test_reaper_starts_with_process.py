@@ -58,7 +58,7 @@ async def test_a_replica_that_only_served_a_follower_resumes_the_dead_turn(serve
     async with socket_to(b, conversation_id, key) as follower_socket:
         await send(follower_socket, {"type": "attach"})
         client = await receive(follower_socket, StreamClient(), until="status")
-        async with socket_to(a, conversation_id, key) as producer_socket:
+        async with socket_to(a, conversation_id, key, close_timeout=0.5) as producer_socket:
             await send(producer_socket, {"type": "start", "content": "go"})
             await receive(follower_socket, client, min_text=len(ANSWER) // 3)
             await sync_to_async(a.kill)()
@@ -77,7 +77,7 @@ async def test_a_replica_that_only_served_one_http_request_resumes_the_dead_turn
         await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{b.port}/nothing-here/", timeout=10)
     except urllib.error.HTTPError:
         pass
-    async with socket_to(a, conversation_id, key) as producer_socket:
+    async with socket_to(a, conversation_id, key, close_timeout=0.5) as producer_socket:
         await send(producer_socket, {"type": "start", "content": "go"})
         await receive(producer_socket, StreamClient(), min_text=len(ANSWER) // 3)
         await sync_to_async(a.kill)()

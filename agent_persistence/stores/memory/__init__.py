@@ -9,22 +9,22 @@ touched, which is what makes a host's agent tests fast. A system check
 (``agent_persistence.W002``) warns when these stores are configured while
 ``DEBUG`` is off.
 
-Switch the whole family in settings (this module imports no model, so a
-settings module may import it)::
+Switch the whole family in settings::
 
-    from agent_persistence.stores.memory import MEMORY_STORES
-
-    AGENT_PERSISTENCE = {**MEMORY_STORES, "AGENTS": {...}}
+    AGENT_PERSISTENCE = {"STORES": "agent_persistence.stores.memory.family", "AGENTS": {...}}
 
 Stores built from settings share :data:`~agent_persistence.stores.memory.database.DEFAULT_DATABASE`;
-:func:`reset_memory_stores` empties it between tests.
+:func:`reset_memory_stores` empties it between tests. :data:`MEMORY_STORES`
+(the per-store keys, to splat into the setting) is deprecated with those keys;
+this module imports no model, so a settings module may still import it.
 """
 
 from __future__ import annotations
 
 _PACKAGE = "agent_persistence.stores.memory"
 
-#: ``AGENT_PERSISTENCE`` keys that select the in-memory family, to splat into the setting.
+#: Deprecated: the per-store ``AGENT_PERSISTENCE`` keys that select the in-memory family, to splat
+#: into the setting; ``{"STORES": "agent_persistence.stores.memory.family"}`` replaces them.
 MEMORY_STORES: dict[str, str] = {
     "TURN_STORE": f"{_PACKAGE}.turns.MemoryTurnStore",
     "CONVERSATION_STORE": f"{_PACKAGE}.conversations.MemoryConversationStore",

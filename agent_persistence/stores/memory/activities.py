@@ -8,13 +8,21 @@ from django.utils import timezone
 
 from ...models import Activity
 from ...scope import Scope
-from ..activities import clean_activity, clean_activity_list, clean_message_filter, full_list_refused, max_activities
-from ..base import async_twin, lookup_id
-from ..fencing import clean_lease_epoch
+from ..protocols import ActivityStoreProtocol
+from ..rules.activities import (
+    clean_activity,
+    clean_activity_list,
+    clean_message_filter,
+    full_list_refused,
+    max_activities,
+)
+from ..rules.base import lookup_id
+from ..rules.fencing import clean_lease_epoch
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemoryActivityStore:
+class MemoryActivityStore(twins_of(ActivityStoreProtocol)):
     """The activity rows of each conversation, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -67,7 +75,3 @@ class MemoryActivityStore:
             created = Activity(conversation_id=conversation.pk, position=len(rows), created_at=now, updated_at=now, **row)
             rows.append(created)
             return clone(created)
-
-    alist = async_twin("list")
-    asave = async_twin("save")
-    aput = async_twin("put")

@@ -16,7 +16,8 @@ from django.utils import timezone
 from ...ids import uuid7
 from ...models import Artifact
 from ...scope import Scope
-from ..artifacts import (
+from ..protocols import ArtifactStoreProtocol
+from ..rules.artifacts import (
     ORDERING,
     artifact_blob_key,
     artifact_id_taken,
@@ -30,18 +31,19 @@ from ..artifacts import (
     run_not_found,
     run_pk,
 )
-from ..base import Page, async_twin, check_scope, clean_object, clean_paging, clean_with_total, parse_id
-from ..blobs import BlobRead, ByteRange, clean_range, read_range
-from ..files import Content, clean_content_type
-from ..generations import MAX_METADATA_BYTES
-from ..times import clean_caller_time
+from ..rules.base import Page, check_scope, clean_object, clean_paging, clean_with_total, parse_id
+from ..rules.blobs import BlobRead, ByteRange, clean_range, read_range
+from ..rules.files import Content, clean_content_type
+from ..rules.generations import MAX_METADATA_BYTES
+from ..rules.times import clean_caller_time
+from ..twins import twins_of
 from .blobs import read_content, write_blob
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 from .generations import visible_generation_run, writable_generation_run
 
 
-class MemoryArtifactStore:
+class MemoryArtifactStore(twins_of(ArtifactStoreProtocol)):
     """Artifacts in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -237,13 +239,3 @@ class MemoryArtifactStore:
             if run is not None:
                 return self.db.delete_artifacts(lambda row: row.run_id == run.pk)
             return self.db.delete_artifacts(lambda row: row.generation_run_id == generation_run.pk)
-
-    asave = async_twin("save")
-    asave_record = async_twin("save_record")
-    aget = async_twin("get")
-    aopen = async_twin("open")
-    aread = async_twin("read")
-    alist_by_run = async_twin("list_by_run")
-    alist_by_conversation = async_twin("list_by_conversation")
-    adelete = async_twin("delete")
-    adelete_for_run = async_twin("delete_for_run")

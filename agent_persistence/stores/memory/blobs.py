@@ -17,7 +17,8 @@ from ...conf import app_settings
 from ...exceptions import NotFound
 from ...ids import uuid7
 from ...models import Blob
-from ..blobs import (
+from ..protocols import BlobStoreProtocol
+from ..rules.blobs import (
     BlobPage,
     BlobRead,
     ByteRange,
@@ -30,8 +31,8 @@ from ..blobs import (
     new_content_name,
     read_range,
 )
-from ..base import async_twin
-from ..files import Content, clean_content_type, spool_content
+from ..rules.files import Content, clean_content_type, spool_content
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
@@ -61,7 +62,7 @@ def write_blob(
     return blob
 
 
-class MemoryBlobStore:
+class MemoryBlobStore(twins_of(BlobStoreProtocol)):
     """Blobs in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -121,10 +122,3 @@ class MemoryBlobStore:
             )
             items = [clone(self.db.blobs[(tenant, key)]) for key in keys[:limit]]
         return BlobPage(items=items, next_cursor=items[-1].key if len(keys) > limit else None)
-
-    aput = async_twin("put")
-    ahead = async_twin("head")
-    aopen = async_twin("open")
-    aget = async_twin("get")
-    adelete = async_twin("delete")
-    alist = async_twin("list")

@@ -10,13 +10,15 @@ from django.utils import timezone
 from ...exceptions import Fenced
 from ...models import AgentCheckpoint
 from ...scope import Scope
-from ..base import async_twin, lookup_id, parse_id
-from ..checkpoints import clean_state
-from ..supervision import clean_lease_epoch
+from ..protocols import CheckpointStoreProtocol
+from ..rules.base import lookup_id, parse_id
+from ..rules.checkpoints import clean_state
+from ..rules.supervision import clean_lease_epoch
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemoryCheckpointStore:
+class MemoryCheckpointStore(twins_of(CheckpointStoreProtocol)):
     """The agent checkpoint of each conversation, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -89,10 +91,3 @@ class MemoryCheckpointStore:
         with self.db.lock:
             checkpoint = self.db.checkpoints.get(pk)
             return None if checkpoint is None else clone(checkpoint)
-
-    aload = async_twin("load")
-    aread = async_twin("read")
-    aload_for = async_twin("load_for")
-    asave = async_twin("save")
-    asave_many = async_twin("save_many")
-    adelete = async_twin("delete")

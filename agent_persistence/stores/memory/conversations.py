@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import operator
 import uuid
-from dataclasses import replace
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -20,10 +20,10 @@ from ...exceptions import Conflict, NotFound
 from ...ids import uuid7
 from ...models import Conversation, Message, SupervisionStatus
 from ...scope import Scope
-from ..base import (
+from ..protocols import ConversationStoreProtocol
+from ..rules.base import (
     UNSET,
     Page,
-    async_twin,
     check_scope,
     clean_datetime,
     clean_json,
@@ -36,26 +36,27 @@ from ..base import (
     page_of_rows,
     parse_id,
 )
-from ..conversations import (
-    SavedThread,
-    check_thread_tag,
-    clean_thread_tag,
-    thread_tag,
-    turn_running,
+from ..rules.conversations import (
     ID_TAKEN_MESSAGE,
     MessageInput,
+    SavedThread,
     _max_length,
     check_message_size,
+    check_thread_tag,
     clean_agent,
     clean_conversation_changes,
     clean_flag,
     clean_incoming_messages,
     clean_message,
+    clean_thread_tag,
     clean_version,
     conversation_pk,
     merged_thread,
     message_changes,
+    thread_tag,
+    turn_running,
 )
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 UPDATE_IF_FIELDS = frozenset({"title", "metadata", "state", "agent", "shared", "action_due_at", "last_turn_status"})
@@ -86,7 +87,7 @@ def past_cursors(
     return rows
 
 
-class MemoryConversationStore:
+class MemoryConversationStore(twins_of(ConversationStoreProtocol)):
     """Conversations and messages in a :class:`MemoryDatabase`; see ``docs/reference/stores/conversations.md``."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -446,19 +447,3 @@ class MemoryConversationStore:
                 row.updated_at = now
             row.position = position
         conversation.next_position = len(thread)
-
-    acreate = async_twin("create")
-    aget = async_twin("get")
-    alist = async_twin("list")
-    aupdate = async_twin("update")
-    aupdate_if = async_twin("update_if")
-    adelete = async_twin("delete")
-    ashare = async_twin("share")
-    aappend_message = async_twin("append_message")
-    aget_message = async_twin("get_message")
-    alist_messages = async_twin("list_messages")
-    aupdate_message = async_twin("update_message")
-    adelete_message = async_twin("delete_message")
-    amerge_messages = async_twin("merge_messages")
-    areplace_messages = async_twin("replace_messages")
-

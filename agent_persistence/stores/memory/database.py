@@ -35,7 +35,7 @@ from ...models import (
     TurnSupervision,
 )
 from ...scope import Scope
-from ..base import check_scope, lookup_id
+from ..rules.base import can_read, check_scope, lookup_id
 
 T = TypeVar("T")
 
@@ -96,9 +96,7 @@ class MemoryDatabase:
             raise ConversationNotOwned()
         return conversation
 
-    @staticmethod
-    def may_read(scope: Scope, conversation: Conversation) -> bool:
-        return conversation.tenant == scope.tenant and (conversation.owner == scope.user or conversation.shared)
+    may_read = staticmethod(can_read)
 
     # -- fencing ----------------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ from ...conf import app_settings
 from ...exceptions import Validation
 from ...models import Event
 from ...scope import Scope
-from ..base import async_twin, check_scope, clean_datetime, clean_order, clean_paging
-from ..events import (
+from ..protocols import EventStoreProtocol
+from ..rules.base import check_scope, clean_datetime, clean_order, clean_paging
+from ..rules.events import (
     EventPage,
     EventSummary,
     _clean_batch,
@@ -24,10 +25,11 @@ from ..events import (
     _parseable_ids,
     _stop_reason_after,
 )
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemoryEventStore:
+class MemoryEventStore(twins_of(EventStoreProtocol)):
     """Append, read, summarise and prune the per-conversation event log, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -120,10 +122,3 @@ class MemoryEventStore:
             for pk, log in self.db.events.items():
                 self.db.events[pk] = [row for row in log if id(row) not in doomed]
             return len(oldest)
-
-    aappend = async_twin("append")
-    alist = async_twin("list")
-    asummary = async_twin("summary")
-    aprune = async_twin("prune")
-
-

@@ -20,8 +20,18 @@ from ...exceptions import NotFound, Validation
 from ...ids import uuid7
 from ...models import StoredFile
 from ...scope import Scope
-from ..base import Page, async_twin, check_scope, clean_datetime, clean_order, clean_paging, clean_text, clean_with_total, lookup_id
-from ..files import (
+from ..protocols import FileStoreProtocol
+from ..rules.base import (
+    Page,
+    check_scope,
+    clean_datetime,
+    clean_order,
+    clean_paging,
+    clean_text,
+    clean_with_total,
+    lookup_id,
+)
+from ..rules.files import (
     DEFAULT_CONTENT_TYPE,
     Content,
     clean_content_type,
@@ -29,11 +39,12 @@ from ..files import (
     clean_sweep_limit,
     spool_content,
 )
+from ..twins import twins_of
 from .conversations import page_of, past_cursors
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemoryFileStore:
+class MemoryFileStore(twins_of(FileStoreProtocol)):
     """Files of conversations in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -168,11 +179,3 @@ class MemoryFileStore:
                 del self.db.files[record.pk]
                 self.db.file_contents.pop(record.pk, None)
             return len(expired)
-
-    asave = async_twin("save")
-    aget = async_twin("get")
-    aopen = async_twin("open")
-    aread = async_twin("read")
-    alist = async_twin("list")
-    adelete = async_twin("delete")
-    apurge_expired = async_twin("purge_expired")

@@ -9,9 +9,11 @@ from django.utils import timezone
 from ...exceptions import Conflict, ConversationNotOwned, NotFound, Validation
 from ...models import GenerationRun
 from ...scope import Scope
-from ..base import UNSET, async_twin, check_scope, clean_object, clean_text, lookup_id, parse_id
-from ..generations import MAX_METADATA_BYTES, changes_of, clean_kind, clean_slot, generation_not_found
-from ..times import clean_caller_time
+from ..protocols import GenerationRunStoreProtocol
+from ..rules.base import UNSET, check_scope, clean_object, clean_text, lookup_id, parse_id
+from ..rules.generations import MAX_METADATA_BYTES, changes_of, clean_kind, clean_slot, generation_not_found
+from ..rules.times import clean_caller_time
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
@@ -37,7 +39,7 @@ def writable_generation_run(db: MemoryDatabase, scope: Scope, run_id: Any) -> Ge
     return run
 
 
-class MemoryGenerationRunStore:
+class MemoryGenerationRunStore(twins_of(GenerationRunStoreProtocol)):
     """Generation runs in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -134,9 +136,3 @@ class MemoryGenerationRunStore:
             run = writable_generation_run(self.db, scope, run_id)
             del self.db.generation_runs[run.pk]
             self.db.delete_artifacts(lambda row: row.generation_run_id == run.pk)
-
-    acreate_or_resume = async_twin("create_or_resume")
-    aget = async_twin("get")
-    aupdate = async_twin("update")
-    alatest = async_twin("latest")
-    adelete = async_twin("delete")

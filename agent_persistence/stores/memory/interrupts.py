@@ -10,8 +10,9 @@ from django.utils import timezone
 from ...exceptions import Conflict, Validation
 from ...models import FINISHED_RUN_STATUSES, Interrupt, InterruptStatus
 from ...scope import Scope
-from ..base import async_twin, check_scope, clean_datetime, clean_epoch, clean_text, parse_id
-from ..interrupts import (
+from ..protocols import InterruptStoreProtocol
+from ..rules.base import check_scope, clean_datetime, clean_epoch, clean_text, parse_id
+from ..rules.interrupts import (
     EXPIRED_RESPONSE,
     Answer,
     already_answered,
@@ -26,8 +27,9 @@ from ..interrupts import (
     interrupt_not_found,
     settled_values,
 )
-from ..runs import clean_run_id, run_finished, run_not_found
-from ..times import clean_caller_time
+from ..rules.runs import clean_run_id, run_finished, run_not_found
+from ..rules.times import clean_caller_time
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 from .runs import MemoryRunStore
 
@@ -36,7 +38,7 @@ def by_request(interrupts: Any) -> list[Interrupt]:
     return sorted(interrupts, key=lambda interrupt: (interrupt.requested_at, interrupt.pk))
 
 
-class MemoryInterruptStore:
+class MemoryInterruptStore(twins_of(InterruptStoreProtocol)):
     """Interrupts in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -247,13 +249,3 @@ class MemoryInterruptStore:
                     now,
                 )
             return len(lapsed)
-
-    acreate = async_twin("create")
-    aget = async_twin("get")
-    alist = async_twin("list")
-    apending = async_twin("pending")
-    ahas_pending = async_twin("has_pending")
-    acommit_batch = async_twin("commit_batch")
-    acancel = async_twin("cancel")
-    acancel_pending = async_twin("cancel_pending")
-    aexpire_lapsed = async_twin("expire_lapsed")

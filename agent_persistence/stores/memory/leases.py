@@ -8,13 +8,15 @@ from typing import Any
 from ...conf import app_settings
 from ...exceptions import Validation
 from ...models import Lease
-from ..base import Page, async_twin, clean_object, clean_paging, clean_text
-from ..leases import KEY_MAX_LENGTH, LeaseResult, _clean_holder, _clean_key, _clean_now, _clean_tenant, _expiry
+from ..protocols import LeaseStoreProtocol
+from ..rules.base import Page, clean_object, clean_paging, clean_text
+from ..rules.leases import KEY_MAX_LENGTH, LeaseResult, _clean_holder, _clean_key, _clean_now, _clean_tenant, _expiry
+from ..twins import twins_of
 from .conversations import page_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemoryLeaseStore:
+class MemoryLeaseStore(twins_of(LeaseStoreProtocol)):
     """Acquire, renew, release, flag and list keyed leases, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -129,11 +131,3 @@ class MemoryLeaseStore:
                 (lease for lease in leases if lease.expires_at <= now), key=lambda lease: (lease.expires_at, lease.key)
             )
             return page_of(expired, limit, offset)
-
-    aacquire = async_twin("acquire")
-    arenew = async_twin("renew")
-    arelease = async_twin("release")
-    amark_cancel = async_twin("mark_cancel")
-    aget = async_twin("get")
-    alist_live = async_twin("list_live")
-    alist_expired = async_twin("list_expired")

@@ -9,12 +9,14 @@ from django.utils import timezone
 
 from ...models import MetadataEntry
 from ...scope import Scope
-from ..base import async_twin, check_scope
-from ..metadata import clean_name, encode_value
+from ..protocols import MetadataStoreProtocol
+from ..rules.base import check_scope
+from ..rules.metadata import clean_name, encode_value
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase
 
 
-class MemoryMetadataStore:
+class MemoryMetadataStore(twins_of(MetadataStoreProtocol)):
     """Namespaced key/value entries of each tenant, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -46,7 +48,3 @@ class MemoryMetadataStore:
         entry_key = self._key(scope, namespace, key)
         with self.db.lock:
             return self.db.metadata.pop(entry_key, None) is not None
-
-    aget = async_twin("get")
-    aset = async_twin("set")
-    adelete = async_twin("delete")

@@ -12,12 +12,14 @@ from ...conf import app_settings
 from ...exceptions import Validation
 from ...models import StreamRecording
 from ...scope import Scope
-from ..base import async_twin, clean_datetime, lookup_id, parse_id
-from ..recordings import RecordingWrite, clean_batch, clean_record
+from ..protocols import RecordingStoreProtocol
+from ..rules.base import clean_datetime, lookup_id, parse_id
+from ..rules.recordings import RecordingWrite, clean_batch, clean_record
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, RUNNING, MemoryDatabase, clone
 
 
-class MemoryRecordingStore:
+class MemoryRecordingStore(twins_of(RecordingStoreProtocol)):
     """The stream recording of each conversation, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -99,10 +101,3 @@ class MemoryRecordingStore:
             for record in purgeable[:limit]:
                 del self.db.recordings[record.pk]
             return len(purgeable[:limit])
-
-    aput = async_twin("put")
-    aput_many = async_twin("put_many")
-    aread = async_twin("read")
-    aread_unscoped = async_twin("read_unscoped")
-    adelete = async_twin("delete")
-    apurge = async_twin("purge")

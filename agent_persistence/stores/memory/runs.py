@@ -10,9 +10,9 @@ from django.utils import timezone
 from ...exceptions import Conflict, ConversationNotOwned
 from ...models import Conversation, Run, RunStatus
 from ...scope import Scope
-from ..base import (
+from ..protocols import RunStoreProtocol
+from ..rules.base import (
     Page,
-    async_twin,
     check_scope,
     clean_datetime,
     clean_epoch,
@@ -22,7 +22,7 @@ from ..base import (
     clean_with_total,
     parse_id,
 )
-from ..runs import (
+from ..rules.runs import (
     OPEN_RUN_STATUSES,
     STUCK_RUN_ERROR,
     add_counters,
@@ -38,12 +38,13 @@ from ..runs import (
     run_not_found,
     set_counters,
 )
-from ..times import clean_caller_time
+from ..rules.times import clean_caller_time
+from ..twins import twins_of
 from .conversations import page_of, past_cursors
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemoryRunStore:
+class MemoryRunStore(twins_of(RunStoreProtocol)):
     """Runs of the agent loop, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -281,20 +282,3 @@ class MemoryRunStore:
                 return False
             run.status, run.error, run.finished_at = RunStatus.ABORTED, error, timezone.now()
             return True
-
-    acreate_or_resume = async_twin("create_or_resume")
-    aget = async_twin("get")
-    afind_active_run = async_twin("find_active_run")
-    alist = async_twin("list")
-    achildren = async_twin("children")
-    alist_by_parent_run = achildren
-    alist_reclaimable = async_twin("list_reclaimable")
-    ais_cancel_requested = async_twin("is_cancel_requested")
-    aadd_usage = async_twin("add_usage")
-    aset_usage = async_twin("set_usage")
-    aset_status = async_twin("set_status")
-    afinish = async_twin("finish")
-    amark_detached = async_twin("mark_detached")
-    aclear_detached = async_twin("clear_detached")
-    arequest_cancel = async_twin("request_cancel")
-    aabort_stuck = async_twin("abort_stuck")

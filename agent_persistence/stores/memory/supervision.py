@@ -19,9 +19,10 @@ from ...conf import app_settings
 from ...exceptions import Busy, Gone, NotFound, Validation
 from ...models import SupervisionStatus, TurnSupervision
 from ...scope import Scope
-from ..base import async_twin, clean_datetime, lookup_id, parse_id
-from ..fencing import clean_entries
-from ..supervision import (
+from ..protocols import SupervisionStoreProtocol
+from ..rules.base import clean_datetime, lookup_id, parse_id
+from ..rules.fencing import clean_entries
+from ..rules.supervision import (
     FINISHED_STATUSES,
     RUNNING,
     Claim,
@@ -36,10 +37,11 @@ from ..supervision import (
     occupant_of,
     status_of,
 )
+from ..twins import twins_of
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
-class MemorySupervisionStore:
+class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
     """The supervision row of each conversation, in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -224,14 +226,3 @@ class MemorySupervisionStore:
             row.status, row.heartbeat_at = SupervisionStatus.ERRORED.value, timezone.now()
             conversation.epoch += 1
             return True
-
-    aread = async_twin("read")
-    astatus = async_twin("status")
-    alist_dead = async_twin("list_dead")
-    acompare_and_swap = async_twin("compare_and_swap")
-    aclaim = async_twin("claim")
-    aclaim_for_resume = async_twin("claim_for_resume")
-    aheartbeat_many = async_twin("heartbeat_many")
-    afinish = async_twin("finish")
-    adelete = async_twin("delete")
-    aforce_release = async_twin("force_release")

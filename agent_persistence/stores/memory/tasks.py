@@ -11,8 +11,20 @@ from ...exceptions import NotFound, StorageLimit
 from ...ids import uuid7
 from ...models import Task, TaskStatus
 from ...scope import Scope
-from ..base import UNSET, Page, async_twin, check_scope, clean_order, clean_paging, clean_text, clean_with_total, json_size, lookup_id, parse_id
-from ..tasks import (
+from ..protocols import TaskStoreProtocol
+from ..rules.base import (
+    UNSET,
+    Page,
+    check_scope,
+    clean_order,
+    clean_paging,
+    clean_text,
+    clean_with_total,
+    json_size,
+    lookup_id,
+    parse_id,
+)
+from ..rules.tasks import (
     MAX_NAME_LENGTH,
     clean_callback_url,
     clean_description,
@@ -22,6 +34,7 @@ from ..tasks import (
     clean_status,
     clean_title,
 )
+from ..twins import twins_of
 from .conversations import page_of, past_cursors
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
@@ -35,7 +48,7 @@ CLEANERS = {
 }
 
 
-class MemoryTaskStore:
+class MemoryTaskStore(twins_of(TaskStoreProtocol)):
     """Background tasks in a :class:`MemoryDatabase`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -190,12 +203,3 @@ class MemoryTaskStore:
         check_scope(scope)
         with self.db.lock:
             del self.db.tasks[self._owned(scope, task_id).pk]
-
-    acreate = async_twin("create")
-    aget = async_twin("get")
-    alist = async_twin("list")
-    aupdate = async_twin("update")
-    aadd_comment = async_twin("add_comment")
-    aset_result = async_twin("set_result")
-    aget_result = async_twin("get_result")
-    adelete = async_twin("delete")

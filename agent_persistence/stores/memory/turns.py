@@ -22,12 +22,12 @@ from ...ids import uuid7
 from ...models import Conversation, Message, Run, TurnSupervision
 from ...scope import Scope
 from ...statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus
-from ..base import async_twin, check_scope, lookup_id, parse_id
-from ..conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message
-from ..protocols import Continuation, Seal, TurnPlan, TurnView
-from ..runs import clean_error
-from ..supervision import clean_replica, is_dead, occupant_of, status_of
-from ..turns import (
+from ..protocols import Continuation, Seal, TurnPlan, TurnStoreProtocol, TurnView
+from ..rules.base import check_scope, lookup_id, parse_id
+from ..rules.conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message
+from ..rules.runs import clean_error
+from ..rules.supervision import clean_replica, is_dead, occupant_of, status_of
+from ..rules.turns import (
     FORCE_RELEASED,
     PRODUCER_LOST,
     TURN_ENDED,
@@ -39,6 +39,7 @@ from ..turns import (
     running_event,
     unknown_agent,
 )
+from ..twins import twins_of
 from .checkpoints import MemoryCheckpointStore
 from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 from .events import MemoryEventStore
@@ -47,7 +48,7 @@ from .interrupts import MemoryInterruptStore, by_request
 RUNNING = SupervisionStatus.RUNNING.value
 
 
-class MemoryTurnStore:
+class MemoryTurnStore(twins_of(TurnStoreProtocol)):
     """The turn aggregate in a :class:`MemoryDatabase`; see :class:`~agent_persistence.stores.protocols.TurnStoreProtocol`."""
 
     def __init__(self, database: MemoryDatabase | None = None) -> None:
@@ -526,16 +527,3 @@ class MemoryTurnStore:
             checkpoint=checkpoint,
             answers=self.answers(pk, message_id) if resumed else {},
         )
-
-    abegin = async_twin("begin")
-    acontinue_after_answers = async_twin("continue_after_answers")
-    aresume = async_twin("resume")
-    asuspend = async_twin("suspend")
-    aseal = async_twin("seal")
-    aclose_out = async_twin("close_out")
-    aforce_release = async_twin("force_release")
-    aread_turn = async_twin("read_turn")
-    aanswers = async_twin("answers")
-    astop_requested = async_twin("stop_requested")
-    ascope_of = async_twin("scope_of")
-    adead_turns = async_twin("dead_turns")

@@ -1,0 +1,79 @@
+"""The backend-neutral rules of the turns concern: what both store families check and build the same way.
+
+The ORM store (:mod:`agent_persistence.stores.turns`) and its in-memory twin
+import these; nothing here reads or writes a table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Collection
+
+from ...exceptions import Validation
+from ...models import Conversation
+from ...scope import Scope
+from ..protocols import Seal, TurnView
+
+#: The error of a run whose producer stopped heartbeating.
+PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
+
+
+#: The error of a run an operator released.
+FORCE_RELEASED = {"code": "force_released", "message": "An operator released this conversation."}
+
+
+#: The error of a run the turn left open when it ended: a subagent parked at an interrupt and never continued.
+TURN_ENDED = {"code": "turn_ended", "message": "The turn ended without continuing this run."}
+
+
+def event_data(message_id: uuid.UUID, run_id: uuid.UUID | None = None, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"message_id": str(message_id)}
+    if run_id is not None:
+        data["run_id"] = str(run_id)
+    data.update({key: value for key, value in extra.items() if value is not None})
+    return data
+
+
+def running_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "status_running", "data": event_data(message_id, run_id, epoch=epoch, **extra)}
+
+
+def lost_event(message_id: uuid.UUID, epoch: int) -> dict[str, Any]:
+    return {"type": "producer_lost", "data": {"message_id": str(message_id), "epoch": epoch}}
+
+
+def idle_event(message_id: uuid.UUID, run_id: uuid.UUID | None, stop_reason: str,
+               error: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"type": "status_idle", "data": event_data(message_id, run_id, stop_reason=stop_reason, error=error)}
+
+
+def clean_seal(seal: Any) -> Seal:
+    if not isinstance(seal, Seal):
+        raise TypeError("seal must be a Seal.")
+    return seal
+
+
+def clean_known_agents(known_agents: Any) -> frozenset[str]:
+    if isinstance(known_agents, str) or not isinstance(known_agents, Collection):
+        raise TypeError("known_agents must be a collection of agent names.")
+    return frozenset(name for name in known_agents if isinstance(name, str))
+
+
+def unknown_agent(name: str) -> Validation:
+    return Validation(f"No agent is registered as {name!r}.", code="unknown_agent", field="agent")
+
+
+def announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID | None,
+             view: TurnView | None = None) -> None:
+    """``conversation_updated`` (ids only), once the transaction that sealed the turn has committed.
+
+    ``view`` is the sealed turn as :meth:`TurnStore.read_turn` would read it now; receivers in this
+    process get it from :func:`..runtime.hooks.sealed_view` during the send.
+    """
+    from ...runtime import hooks
+    from ...signals import conversation_updated
+
+    with hooks.sealing(view):
+        conversation_updated.send(
+            sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id
+        )
