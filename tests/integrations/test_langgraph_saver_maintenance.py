@@ -7,8 +7,9 @@ subgraph's paused call, and runs on; a subgraph call's namespace goes with
 the root checkpoint it started from; the blobs left are exactly those the kept
 checkpoints reference; a ``DeltaChannel`` thread is refused by
 ``keep_latest`` with nothing pruned; a copy runs on apart from its source; a
-deleted run leaves the next run's checkpoints, without a dangling parent. A
-saver bound to a turn touches only its conversation's thread and is fenced.
+deleted run leaves the next run's checkpoints, without a dangling parent; a
+prune racing a running graph (two threads, real transactions) loses nothing.
+A saver bound to a turn touches only its conversation's thread and is fenced.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from agent_persistence.exceptions import Fenced, Validation
 from agent_persistence.integrations.langgraph_store import DjangoCheckpointSaver
 from agent_persistence.models import GraphBlob, GraphCheckpoint, GraphWrite
 from agent_persistence.runtime.turns import begin_turn, force_release
+from agent_persistence.testing.concurrency import run_in_threads
 from tests.integrations.test_langgraph_checkpointer import FENCE_AGENTS, Mode, approval_graph, bound_saver, checkpoint_with, thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -244,3 +246,33 @@ def test_a_bound_saver_prunes_copies_and_deletes_only_its_conversation_and_is_fe
         with pytest.raises(Fenced):
             call()
     assert GraphCheckpoint.objects.filter(thread_id=mine).count() == 1
+
+
+def test_prune_racing_a_running_graph_loses_none_of_its_progress() -> None:
+    """One thread runs a graph step by step while another prunes its thread over and over (real transactions):
+    every checkpoint left can be loaded, the blobs it names are there, and the graph ends where it should."""
+    saver = DjangoCheckpointSaver()
+    graph = approval_graph(saver)
+    config = config_of("racing")
+    rounds = 4
+
+    def worker(index: int) -> Any:
+        if index == 0:
+            for round_ in range(rounds):
+                graph.invoke({"request": f"r{round_}"}, config)
+                graph.invoke(Command(resume=f"a{round_}"), config)
+            return graph.get_state(config).values["log"]
+        pruned = 0
+        for _ in range(12):
+            saver.prune(["racing"])
+            pruned += 1
+        return pruned
+
+    outcomes = run_in_threads(2, worker)
+    assert [o for o in outcomes if isinstance(o, BaseException)] == []
+    expected = [entry for round_ in range(rounds) for entry in ("asked", f"acted:a{round_}")]
+    assert outcomes[0] == expected
+    assert referenced_blobs(saver, "racing") <= stored_blobs("racing")
+    for row in GraphCheckpoint.objects.filter(thread_id="racing"):
+        assert saver.get_tuple(thread("racing", row.checkpoint_ns, row.checkpoint_id)) is not None
+    assert graph.get_state(config).values["log"] == expected
