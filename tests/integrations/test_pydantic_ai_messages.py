@@ -269,14 +269,15 @@ def test_an_export_is_a_history_pydantic_ai_runs_on(alice: Any) -> None:
         seen.append(messages)
         return ModelResponse(parts=[TextPart("You are welcome.")])
 
-    async def export() -> list[ModelMessage]:
+    async def export_and_run() -> Any:
         try:
-            return await aexport_model_messages(alice, conversation_id)
+            history = await aexport_model_messages(alice, conversation_id)
+            # agent.run, not run_sync: run_sync leaves its event loop open, for another test to trip on.
+            return await PydanticAgent(FunctionModel(respond)).run("Anything else?", message_history=history)
         finally:
             await sync_to_async(connections.close_all)()
 
-    history = asyncio.run(export())
-    result = PydanticAgent(FunctionModel(respond)).run_sync("Anything else?", message_history=history)
+    result = asyncio.run(export_and_run())
     assert result.output == "You are welcome."
     sent = [part for message in seen[0] for part in message.parts]
     assert any(isinstance(p, ToolReturnPart) and p.content == {"total": 12} for p in sent)
