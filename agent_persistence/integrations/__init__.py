@@ -7,7 +7,8 @@ by the rest of the app:
   a ``Session`` on the conversation store and ``OpenAIAgentsAgent``, which runs
   an OpenAI Agents SDK agent with ``Runner.run_streamed``.
 - :mod:`.pydantic_ai` (``[pydantic-ai-slim]``): ``PydanticAIAgent``, which runs a
-  Pydantic AI ``Agent`` with ``iter``.
+  Pydantic AI ``Agent`` with ``iter``; :mod:`.pydantic_ai_messages` moves a
+  conversation out as Pydantic AI ``ModelMessage``s and back in.
 - :mod:`.langgraph` (``[langgraph]``): ``LangGraphAgent``, which runs a compiled
   graph, with :mod:`.langgraph_store`'s ``DjangoCheckpointSaver`` underneath.
 

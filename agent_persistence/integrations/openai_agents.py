@@ -133,12 +133,21 @@ def items_for_transcript(messages: list["Message"]) -> list[Any]:
 # -- the session ----------------------------------------------------------------------------------------
 
 
+class _Closed:
+    """What :meth:`ConversationSession.close` returns: already done, and awaitable for callers that await it."""
+
+    def __await__(self) -> Any:
+        return iter(())
+
+
 class ConversationSession:
     """The SDK's ``Session`` protocol on one conversation of the conversation store.
 
     ``agent`` names the conversation's agent when ``add_items`` creates it.
     ``session_settings`` is a ``SessionSettings`` or a plain dict, coerced as
     the SDK's own sessions do (``TypeError`` on an unknown key or another type).
+    ``close()`` ends the session as the SDK's sessions do: every later call
+    raises ``RuntimeError``; the conversation is untouched.
     """
 
     def __init__(self, scope: "Scope", conversation_id: Any, *, agent: str = "",
@@ -150,6 +159,28 @@ class ConversationSession:
         self.session_settings = (
             coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
         )
+        self.closed = False
+
+    def close(self) -> _Closed:
+        """End the session: later calls raise ``RuntimeError``; closing again does nothing.
+
+        The session holds no connection of its own (Django's are per thread and
+        request), so there is nothing to release; the stored conversation stays.
+        Called as ``SQLiteSession.close()`` is (``session.close()``) or as the
+        SDK's async sessions are (``await session.close()``), both work.
+        """
+        self.closed = True
+        return _Closed()
+
+    async def __aenter__(self) -> ConversationSession:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("ConversationSession is closed.")
 
     def _store(self) -> Any:
         from ..stores import conversation_store
@@ -194,6 +225,7 @@ class ConversationSession:
 
     def get_items_sync(self, limit: int | None = None) -> list[Any]:
         """The history, oldest first; with ``limit`` (else ``session_settings.limit``), the latest ``limit`` items."""
+        self._check_open()
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is None:
             return items_for_transcript(self._messages())
@@ -201,6 +233,7 @@ class ConversationSession:
 
     def add_items_sync(self, items: list[Any]) -> None:
         """Append ``items`` in one transaction, in order (the conversation is created if absent)."""
+        self._check_open()
         if items:
             self._store().merge_messages(
                 self.scope, self.conversation_id, [message_for_item(item) for item in items], create=True, agent=self.agent
@@ -208,6 +241,7 @@ class ConversationSession:
 
     def pop_item_sync(self) -> Any | None:
         """Remove and return the latest item; None when there is none."""
+        self._check_open()
         while True:
             try:
                 page = self._store().list_messages(self.scope, self.conversation_id, limit=1, order="desc")
@@ -229,6 +263,7 @@ class ConversationSession:
 
     def clear_session_sync(self) -> None:
         """Delete every message of the conversation, in one transaction (the conversation stays)."""
+        self._check_open()
         with transaction.atomic():
             for message in self._messages():
                 try:

@@ -1,7 +1,7 @@
 """DjangoCheckpointSaver against LangGraph's checkpointer contract, sync and async, on the test database.
 
-LangGraph ships no conformance suite with ``langgraph-checkpoint``, so these are
-the behaviours its docs and its own savers state: put / get (latest or by id),
+LangGraph's own conformance suite runs in ``test_langgraph_conformance.py``;
+these are the behaviours its docs and its own savers state besides: put / get (latest or by id),
 list newest first with ``filter``, ``before`` and ``limit``, pending writes
 (first write of a task index stands, special writes replace), thread deletion,
 and real graphs (interrupt, resume, history) on top. Then the fencing a turn
@@ -75,6 +75,21 @@ class Mode:
         if self.use_async:
             return self._run(self.saver.adelete_thread(thread_id))
         return self.saver.delete_thread(thread_id)
+
+    def prune(self, thread_ids: list[str], strategy: str = "keep_latest") -> None:
+        if self.use_async:
+            return self._run(self.saver.aprune(thread_ids, strategy=strategy))
+        return self.saver.prune(thread_ids, strategy=strategy)
+
+    def copy_thread(self, source: str, target: str) -> None:
+        if self.use_async:
+            return self._run(self.saver.acopy_thread(source, target))
+        return self.saver.copy_thread(source, target)
+
+    def delete_for_runs(self, run_ids: list[str]) -> None:
+        if self.use_async:
+            return self._run(self.saver.adelete_for_runs(run_ids))
+        return self.saver.delete_for_runs(run_ids)
 
 
 @pytest.fixture(params=["sync", "async"])

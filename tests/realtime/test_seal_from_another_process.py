@@ -149,26 +149,28 @@ async def test_a_seal_made_in_another_process_reaches_the_follower_on_b(
                 await receive(followers[index], client, until="final", timeout=60)
             return time.monotonic()
 
+        # Every follower waits for its final from now on, so each final is timed when it comes.
+        arrivals = [asyncio.create_task(final_of(index)) for index in range(len(clients))]
         lateness: dict[str, float] = {}
-        exits = await asyncio.gather(end("cancel", conversation_ids[0]), end("close_out", conversation_ids[1]))
-        for index, (how, exited) in enumerate(zip(("cancel", "close_out"), exits)):
-            lateness[how] = await asyncio.wait_for(final_of(index), 10) - exited
-            assert clients[index].final["stop_reason"] == HOWS[how], (how, clients[index].final)
-        waiting = {asyncio.create_task(final_of(index)): index for index in (2, 3)}
         try:
+            exits = await asyncio.gather(end("cancel", conversation_ids[0]), end("close_out", conversation_ids[1]))
+            for index, (how, exited) in enumerate(zip(("cancel", "close_out"), exits)):
+                lateness[how] = await asyncio.wait_for(arrivals[index], 10) - exited
+                assert clients[index].final["stop_reason"] == HOWS[how], (how, clients[index].final)
             exited = await end("reap_close", conversation_ids[2])
-            first, _ = await asyncio.wait(waiting, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+            first, _ = await asyncio.wait(arrivals[2:], timeout=10, return_when=asyncio.FIRST_COMPLETED)
             assert first, "no follower had a final within 10 s of reap_turns --limit 1"
             closed = first.pop()
             lateness["reap_close"] = closed.result() - exited
-            assert clients[waiting.pop(closed)].final["stop_reason"] == "errored"
-            (resumed, index), = waiting.items()
+            index = arrivals.index(closed)
+            assert clients[index].final["stop_reason"] == "errored", clients[index].final
+            index = 5 - index  # the other of 2 and 3
             assert clients[index].final is None, clients[index].final
             exited = await end("reap_resume", conversation_ids[3])
-            lateness["reap_resume"] = await asyncio.wait_for(resumed, 10) - exited
+            lateness["reap_resume"] = await asyncio.wait_for(arrivals[index], 10) - exited
             assert clients[index].final["stop_reason"] == "completed"
         finally:
-            for task in waiting:
+            for task in arrivals:
                 task.cancel()
     for index, client in enumerate(clients):
         if client.final["stop_reason"] == "completed":
