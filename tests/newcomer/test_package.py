@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import email
+import os
 import re
 import tomllib
 import zipfile
@@ -27,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    with zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel"))) as archive:
+    """The wheel ``.ci/package`` built and installed (its path in ``AGENT_PERSISTENCE_WHEEL``), else one of this checkout."""
+    built = os.environ.get("AGENT_PERSISTENCE_WHEEL")
+    with zipfile.ZipFile(built or build_wheel(tmp_path_factory.mktemp("wheel"))) as archive:
         yield archive
 
 
