@@ -27,7 +27,8 @@ from ..stores import conversation_store, run_store, supervision_store, turn_stor
 from ..stores.protocols import Continuation, TurnPlan
 from . import hooks
 from .agents import get_agent
-from .producer import SEALS, Outcome, Producer, Supervisor, replica_id
+from .outcomes import SEALS, Outcome
+from .producer import Producer, Supervisor, replica_id
 
 logger = logging.getLogger(__name__)
 
