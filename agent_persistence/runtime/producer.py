@@ -53,7 +53,7 @@ from .host import TurnHost
 from .outcomes import SEALS, Outcome, TurnSuspended
 from .turn import Turn
 
-# Outcome and SEALS stay importable from here: code that drives or awaits producers imports them with them.
+# Outcome and SEALS are re-exported: `from agent_persistence.runtime.producer import Outcome` keeps working.
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """What an agent sees of its turn: transcript, state, streaming, tools, interrupts, cancellation.
 
 A :class:`Turn` reaches the run that drives it through the :class:`~.host.TurnHost` protocol
-(the producer implements it), and its child runs (:mod:`.subagents`) reach the turn through the
-methods under "Child runs" below, never its private members.
+(the producer implements it). Its child runs (:mod:`.subagents`) use its public API for them
+(``interrupt_for``, ``tool_for``, ``add_usage_for``, ``child_transcript``, ``persist``,
+``stop_reason``), never its private members.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ INTERRUPT_NAMESPACE = uuid.UUID("6f0b4a52-36b4-4d55-9c3a-3f1e4b0f7a10")
 # Deterministic activity ids: the same activity key in a re-driven run updates the same row.
 ACTIVITY_NAMESPACE = uuid.UUID("2b9e7c1d-5a40-4f8e-9d3b-7c6a1e0f4b21")
 
-# TurnSuspended, InterruptCancelled and CANCELLED_ANSWER are imported from here too: the agent API's page names
-# this module, where an agent and a framework bridge meet them.
+# TurnSuspended, InterruptCancelled and CANCELLED_ANSWER are re-exported: the agent API names them beside Turn.
 
 
 class Turn:
