@@ -25,15 +25,13 @@ from ..scope import Scope
 from ..statuses import TurnState
 from ..stores import conversation_store, run_store, supervision_store, turn_store
 from ..stores.protocols import Continuation, TurnPlan
+from ..stores.rules.turns import PRODUCER_LOST  # the error a turn closed out after its producer died carries
 from . import hooks
 from .agents import get_agent
 from .outcomes import SEALS, Outcome
 from .producer import Producer, Supervisor, replica_id
 
 logger = logging.getLogger(__name__)
-
-#: The error a turn closed out after its producer died carries.
-PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
 
 
 @dataclass
