@@ -19,7 +19,7 @@ class AgentPersistenceConfig(AppConfig):
 
         from django.core.signals import request_started
 
-        from .runtime.turns import on_request_started
+        from .runtime.lifecycle import on_request_started
 
         # REAPER_ENABLED: the reaper starts with the process's first request, whatever it serves.
         request_started.connect(on_request_started, dispatch_uid="agent_persistence.reaper")

@@ -1,6 +1,6 @@
 """Concurrent live turns in one process: heartbeat age and database writes, beside raw psycopg ticks.
 
-N turns are started with ``agent_persistence.runtime.turns.start_turn`` on one
+N turns are started with ``agent_persistence.runtime.lifecycle.start_turn`` on one
 event loop, each driven by :class:`StreamingAgent` (a chunk every 100 ms), at
 the default intervals (heartbeat 1 s, dead after 3 s, recording flush 0.5 s,
 checkpoint 5 s). A separate thread, on its own psycopg connection, reads the
@@ -232,7 +232,7 @@ class StoreResult:
 
 async def store_side(n: int, window: float, poller: Poller) -> StoreResult:
     from agent_persistence.runtime.producer import Outcome, Supervisor
-    from agent_persistence.runtime.turns import start_turn
+    from agent_persistence.runtime.lifecycle import start_turn
     from agent_persistence.scope import Scope
 
     tenant = f"{TENANT_PREFIX}{n}"
@@ -400,7 +400,7 @@ def raw_starts(count: int, content: str) -> float:
 async def store_starts(count: int, content: str) -> tuple[float, dict[str, int]]:
     """``count`` ``start_turn`` calls for new conversations, one after another; the seconds taken, the outcomes."""
     from agent_persistence.runtime.producer import Outcome, Supervisor
-    from agent_persistence.runtime.turns import start_turn
+    from agent_persistence.runtime.lifecycle import start_turn
     from agent_persistence.scope import Scope
 
     scope = Scope(STARTS_TENANT, "bench-user")
@@ -422,7 +422,7 @@ def start_statements(content: str) -> dict[str, list[str]]:
     """The statements of one ``TurnStore.begin`` in a new conversation and of the raw start, from libpq's trace."""
     import psycopg
 
-    from agent_persistence.runtime.turns import begin_turn
+    from agent_persistence.runtime.lifecycle import begin_turn
     from agent_persistence.scope import Scope
 
     from .trace import django_pgconn, statements_of

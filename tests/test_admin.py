@@ -280,7 +280,7 @@ def test_deleting_a_conversation_deletes_what_it_owns(admin_client: Any, rows: d
 
 def running_turn(alice_scope: Any, *, heartbeat_age: float = 0.0, partial: str = "") -> tuple[Any, Any]:
     """A turn claimed and recorded but driven by no process (as after a crash when aged)."""
-    from agent_persistence.runtime.turns import begin_turn
+    from agent_persistence.runtime.lifecycle import begin_turn
 
     conversation_id = uuid.uuid4()
     plan = begin_turn(alice_scope, conversation_id, content="go", agent="echo")

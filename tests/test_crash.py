@@ -180,7 +180,7 @@ def reap(resume: bool) -> list[Any]:
     from django.test import override_settings
 
     from agent_persistence.runtime.producer import Supervisor
-    from agent_persistence.runtime.turns import reap_dead_turns
+    from agent_persistence.runtime.lifecycle import reap_dead_turns
 
     async def main() -> list[Any]:
         try:
@@ -232,7 +232,7 @@ def test_the_in_process_reaper_resumes_a_dead_turn(turn_env: dict[str, str], ali
     from django.db import connections
     from django.test import override_settings
 
-    from agent_persistence.runtime.turns import supervisor as current_supervisor
+    from agent_persistence.runtime.lifecycle import supervisor as current_supervisor
 
     process, conversation_id, message_id = start_a(turn_env, alice)
     wait_for(lambda: checkpoint_next(conversation_id) >= 10, what="a checkpoint")
@@ -269,7 +269,7 @@ def test_the_in_process_reaper_resumes_a_dead_turn(turn_env: dict[str, str], ali
 
 def test_resuming_a_live_or_finished_turn_is_refused(turn_env: dict[str, str], alice: Any) -> None:
     from agent_persistence.exceptions import Busy, Gone
-    from agent_persistence.runtime.turns import begin_resume
+    from agent_persistence.runtime.lifecycle import begin_resume
 
     process, conversation_id, message_id = start_a(turn_env, alice)
     wait_for(lambda: StreamRecording.objects.filter(pk=conversation_id).exists(), what="streaming")

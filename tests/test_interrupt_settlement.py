@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent_persistence.models import Interrupt, Run, TurnSupervision
-from agent_persistence.runtime.turns import begin_turn
+from agent_persistence.runtime.lifecycle import begin_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import interrupt_store, run_store, supervision_store, turn_store
 from agent_persistence.testing.concurrency import run_in_threads

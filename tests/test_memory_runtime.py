@@ -20,7 +20,7 @@ from django.test import override_settings
 
 from agent_persistence.exceptions import PendingInterrupts
 from agent_persistence.runtime.producer import Outcome
-from agent_persistence.runtime.turns import cancel_turn, continue_turn, resume_turn, start_turn
+from agent_persistence.runtime.lifecycle import cancel_turn, continue_turn, resume_turn, start_turn
 from agent_persistence.signals import conversation_updated
 from agent_persistence.stores import (
     checkpoint_store,

@@ -14,7 +14,7 @@ from django.test import override_settings
 from agent_persistence.runtime.agents import Agent
 from agent_persistence.runtime.producer import Outcome
 from agent_persistence.runtime.turn import Turn
-from agent_persistence.runtime.turns import start_turn
+from agent_persistence.runtime.lifecycle import start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import interrupt_store, run_store
 from agent_persistence.stores.memory import reset_memory_stores

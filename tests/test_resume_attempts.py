@@ -20,7 +20,7 @@ from django.db import connections
 from django.test import override_settings
 
 from agent_persistence.models import Message, Run, TurnSupervision
-from agent_persistence.runtime import turns
+from agent_persistence.runtime import lifecycle
 from agent_persistence.runtime.producer import Supervisor
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store
@@ -52,12 +52,12 @@ def test_a_turn_whose_resumes_keep_dying_is_closed_out_after_max_resume_attempts
 
     async def main() -> tuple[list[list[uuid.UUID]], uuid.UUID]:
         try:
-            handle = await turns.start_turn(scope, conversation_id, content="go")
+            handle = await lifecycle.start_turn(scope, conversation_id, content="go")
             await kill_producers()
             sweeps = []
             for _ in range(6):
                 await asyncio.sleep(DEAD_AFTER + 0.2)
-                sweeps.append(await turns.reap_dead_turns(resume=True))
+                sweeps.append(await lifecycle.reap_dead_turns(resume=True))
                 await kill_producers()
             return sweeps, handle.message_id
         finally:
@@ -88,16 +88,16 @@ def test_a_turn_whose_seal_always_fails_stops_being_resumed() -> None:
 
     async def main() -> list[list[uuid.UUID]]:
         try:
-            plan = await sync_to_async(turns.begin_turn)(scope, conversation_id, content="go", message_id=message_id)
+            plan = await sync_to_async(lifecycle.begin_turn)(scope, conversation_id, content="go", message_id=message_id)
             # Taken between the start's check and the seal (a turn start refuses the id; an append of a message
             # under it does not check runs): the seal of every run fails with a Conflict.
             await sync_to_async(conversation_store().append_message)(other, other_id, role="user", content="mine", id=message_id)
-            handle = turns.launch(plan)
+            handle = lifecycle.launch(plan)
             await asyncio.gather(handle.task, return_exceptions=True)
             sweeps = []
             for _ in range(6):
                 await asyncio.sleep(DEAD_AFTER + 0.2)
-                sweeps.append(await turns.reap_dead_turns(resume=True))
+                sweeps.append(await lifecycle.reap_dead_turns(resume=True))
                 producers = list(Supervisor.current().producers.values())
                 await asyncio.gather(*(p.task for p in producers), return_exceptions=True)
             return sweeps

@@ -21,7 +21,7 @@ from agent_persistence.models import Message
 from agent_persistence.runtime.agents import Agent
 from agent_persistence.runtime.producer import Outcome
 from agent_persistence.runtime.turn import InterruptCancelled, Turn
-from agent_persistence.runtime.turns import cancel_turn, continue_turn, start_turn
+from agent_persistence.runtime.lifecycle import cancel_turn, continue_turn, start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store, interrupt_store, run_store
 from agent_persistence.stores.memory import reset_memory_stores

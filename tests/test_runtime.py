@@ -18,7 +18,7 @@ from django.test import override_settings
 from agent_persistence.exceptions import Busy, NotFound, PendingInterrupts, Validation
 from agent_persistence.models import Conversation, Event, Interrupt, Message, Run, TurnSupervision
 from agent_persistence.runtime.producer import Outcome
-from agent_persistence.runtime.turns import cancel_turn, continue_turn, start_turn
+from agent_persistence.runtime.lifecycle import cancel_turn, continue_turn, start_turn
 from agent_persistence.signals import conversation_updated
 from agent_persistence.stores import supervision_store
 from tests.agents import ANSWER
@@ -285,7 +285,7 @@ def test_a_new_turn_over_a_dead_producer_records_the_old_run_as_lost(alice: Any)
 
     from django.utils import timezone
 
-    from agent_persistence.runtime.turns import begin_turn
+    from agent_persistence.runtime.lifecycle import begin_turn
 
     conversation_id = uuid.uuid4()
     dead = begin_turn(alice, conversation_id, content="first", agent="echo")  # claimed, never driven

@@ -21,7 +21,7 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
-    from agent_persistence.runtime.turns import continue_turn, resume_turn, start_turn
+    from agent_persistence.runtime.lifecycle import continue_turn, resume_turn, start_turn
     from agent_persistence.scope import Scope
 
     action, tenant, user, conversation_id, argument = argv[:5]

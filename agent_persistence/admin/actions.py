@@ -17,7 +17,7 @@ from django.http import HttpRequest
 
 from ..exceptions import AgentPersistenceError
 from ..models import Conversation, Run
-from ..runtime.turns import force_release, stop_turn_now
+from ..runtime.lifecycle import force_release, stop_turn_now
 from ..stores import run_store
 
 #: The error a run marked aborted from the admin carries (the owner sees it through the API).

@@ -44,7 +44,7 @@ from langgraph.types import Command
 
 from ..models import InterruptKind
 from ..runtime.agents import Agent
-from ..runtime.turn import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
+from ..runtime.outcomes import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
 from .base import DurableText, bridge_state
 from .langgraph_store import DjangoCheckpointSaver
 

@@ -51,7 +51,7 @@ from ..conf import app_settings
 from ..exceptions import NotFound
 from ..models import InterruptKind
 from ..runtime.agents import Agent
-from ..runtime.turn import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
+from ..runtime.outcomes import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
 from .base import DurableText, ModelCallLog, add_usage, bridge_state
 
 if TYPE_CHECKING:

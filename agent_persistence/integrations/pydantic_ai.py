@@ -64,7 +64,7 @@ from pydantic_core import to_jsonable_python
 
 from ..models import InterruptKind
 from ..runtime.agents import Agent
-from ..runtime.turn import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
+from ..runtime.outcomes import CANCELLED_ANSWER, InterruptCancelled, TurnSuspended
 from .base import DurableText, ModelCallLog, add_usage, bridge_state
 
 if TYPE_CHECKING:

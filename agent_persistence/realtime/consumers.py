@@ -39,7 +39,7 @@ from channels.utils import await_many_dispatch
 from ..conf import app_settings
 from ..exceptions import AgentPersistenceError, NotFound, Validation
 from ..runtime.loop import run_async
-from ..runtime.turns import cancel_turn, continue_turn, resume_turn, start_turn
+from ..runtime.lifecycle import cancel_turn, continue_turn, resume_turn, start_turn
 from ..scope import Scope
 from . import protocol, tickets
 from .admission import conversation_to_open

@@ -52,7 +52,7 @@ from ..stores import activity_store, turn_store
 from ..stores.activities import activity_as_json
 from ..stores.base import readable_conversation
 from ..stores.protocols import TurnView
-from ..runtime.turns import ensure_reaper
+from ..runtime.lifecycle import ensure_reaper
 from .delivery import Payload, hub
 
 logger = logging.getLogger(__name__)

@@ -5,16 +5,25 @@ delivers a turn to clients (``agent_persistence.realtime``) appends a callable
 to :data:`stream_listeners`; the producer calls each one on its event loop
 with a :class:`StreamUpdate`, at most once per loop iteration however many
 chunks the agent streamed in it. A listener must be quick and must not raise.
+
+The view of a sealed turn that receivers of ``conversation_updated`` read
+(:func:`~agent_persistence.signals.sealing`, :func:`~agent_persistence.signals.sealed_view`)
+lives beside the signal, since the turn store sets it; it is importable from here too.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+
+from ..signals import sealed_view, sealing
+
+__all__ = [
+    "ActivityUpdate", "FLUSH_TIMEOUT", "StreamUpdate", "activity_listeners", "announcement_flushers",
+    "flush_announcements", "publish", "publish_activity", "sealed_view", "sealing", "stream_listeners",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -67,29 +76,6 @@ def publish_activity(update: ActivityUpdate) -> None:
             listener(update)
         except Exception:  # noqa: BLE001 - delivery must never break the turn
             logger.exception("An activity listener failed for conversation %s", update.conversation_id)
-
-
-
-#: The sealed turn being announced: the turn store's view of it (a ``TurnView``) while
-#: ``conversation_updated`` (ids only) is sent, for receivers in this process.
-_sealed_view: ContextVar[Any] = ContextVar("agent_persistence_sealed_view", default=None)
-
-
-@contextmanager
-def sealing(view: Any) -> Iterator[None]:
-    """Within the block (the signal's send), :func:`sealed_view` gives ``view``."""
-    token = _sealed_view.set(view)
-    try:
-        yield
-    finally:
-        _sealed_view.reset(token)
-
-
-def sealed_view(message_id: uuid.UUID) -> Any:
-    """The store's view of the sealed turn ``message_id`` while it is being announced; None otherwise
-    (a signal sent by other code, or for another turn)."""
-    view = _sealed_view.get()
-    return view if view is not None and view.message_id == message_id else None
 
 
 #: Awaited by :func:`flush_announcements`; ``agent_persistence.realtime`` registers one that waits until this

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import enum
 import functools
 import itertools
 import logging
@@ -44,35 +43,19 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..exceptions import Fenced, NotFound
-from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
 from ..stores import activity_store, checkpoint_store, interrupt_store, recording_store, supervision_store, turn_store
 from ..stores.activities import activity_as_json
 from ..stores.base import heal_connections
-from ..stores.protocols import Seal, TurnPlan
+from ..stores.protocols import TurnPlan
 from . import hooks
 from .agents import Agent
-from .turn import Turn, TurnSuspended
+from .host import TurnHost
+from .outcomes import SEALS, Outcome, TurnSuspended
+from .turn import Turn
+
+# Outcome and SEALS are re-exported: `from agent_persistence.runtime.producer import Outcome` keeps working.
 
 logger = logging.getLogger(__name__)
-
-
-class Outcome(str, enum.Enum):
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    ERRORED = "errored"
-    INTERRUPTED = "interrupted"
-    #: A newer epoch holds the conversation, or the conversation is gone: nothing is written.
-    FENCED = "fenced"
-    #: This process is shutting down: nothing is written; the turn is resumed elsewhere.
-    ABANDONED = "abandoned"
-
-
-#: What each sealed outcome writes.
-SEALS = {
-    Outcome.COMPLETED: Seal(RunStatus.COMPLETED, SupervisionStatus.DONE, LastTurnStatus.COMPLETE),
-    Outcome.CANCELLED: Seal(RunStatus.ABORTED, SupervisionStatus.DONE, LastTurnStatus.CANCELLED),
-    Outcome.ERRORED: Seal(RunStatus.FAILED, SupervisionStatus.ERRORED, LastTurnStatus.ERRORED),
-}
 
 
 #: Database errors a producer outlives: a lost connection, a server restarting, a lock wait cut short.
@@ -100,8 +83,9 @@ def seal_turn(plan_scope: Any, conversation_id: uuid.UUID, *, message_id: uuid.U
     return sealed
 
 
-class Producer:
-    """Drives one run of one turn; created by the entry points in :mod:`.turns`."""
+class Producer(TurnHost):
+    """Drives one run of one turn (the :class:`~.host.TurnHost` of its :class:`~.turn.Turn`); created by the
+    entry points in :mod:`.lifecycle`."""
 
     def __init__(self, plan: TurnPlan, agent: Agent) -> None:
         self.plan = plan
@@ -120,7 +104,7 @@ class Producer:
         self.task: asyncio.Task[Outcome] | None = None
         checkpoint = plan.checkpoint
         self.turn = Turn(
-            producer=self,
+            host=self,
             scope=plan.scope,
             conversation_id=plan.conversation_id,
             message_id=plan.message_id,
@@ -135,7 +119,7 @@ class Producer:
             subagents=checkpoint.get("subagents"),
         )
 
-    # -- called by the turn ------------------------------------------------------------------
+    # -- the turn's host (TurnHost) ----------------------------------------------------------------
 
     def message_changed(self) -> None:
         self.index += 1
@@ -274,7 +258,7 @@ class Producer:
                 if outcome is not Outcome.INTERRUPTED or await self._suspend():
                     break
                 # Every question was answered before the run could go idle: go on at once.
-                self.turn._answers = await turn_store().aanswers(self.conversation_id, self.plan.message_id)
+                self.turn.receive_answers(await turn_store().aanswers(self.conversation_id, self.plan.message_id))
             if outcome is not Outcome.INTERRUPTED:
                 self.sealing = True
                 await self._seal(outcome, error)

@@ -8,8 +8,8 @@ when the turn is stopped. The run's usage is kept whatever the outcome.
 
 The child's id is derived from the turn and the subagent's key, so a turn
 re-driven after its interrupts were answered continues the very same child
-run (the seed's same-id continuation: interrupted, then running, then
-finished). A child that has finished (a crash takeover aborts the turn's open
+run (interrupted, then running, then finished, under one id, so the
+subagent's card and its questions stay one run). A child that has finished (a crash takeover aborts the turn's open
 runs) is never resurrected: the next generation of the key gets a new run.
 
 The child keeps a transcript of its own, the run's ``transcript``: what it
@@ -21,6 +21,10 @@ every end of the block (completed, failed, interrupted or aborted). It is the
 subagent card's transcript on reload and never part of the model's
 transcript. A child the turn leaves parked (interrupted, never re-entered) is
 aborted when the turn ends.
+
+A subagent uses only the turn's public API for child runs (:class:`ParentTurn`,
+which :class:`~.turn.Turn` provides), so this module needs nothing of the turn's
+module or of the producer, and the turn can import it.
 """
 
 from __future__ import annotations
@@ -31,14 +35,15 @@ import copy
 import itertools
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol
 
 from ..exceptions import Fenced, StorageLimit, Validation
+from ..scope import Scope
 from ..statuses import OPEN_RUN_STATUSES, InterruptKind, RunStatus
+from .outcomes import Outcome, TurnSuspended
 
 if TYPE_CHECKING:
     from ..models import Run
-    from .turn import Turn
 
 logger = logging.getLogger(__name__)
 
@@ -46,16 +51,50 @@ logger = logging.getLogger(__name__)
 SUBAGENT_NAMESPACE = uuid.UUID("2f6b9e34-0c6d-4c1e-9f43-5b7d2a8e1c07")
 
 
+class ParentTurn(Protocol):
+    """What a child run uses of its turn: the child-run methods of :class:`~.turn.Turn`."""
+
+    scope: Scope
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    run_id: uuid.UUID
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    @property
+    def stop_reason(self) -> Outcome | None: ...
+
+    def stream(self, text: str) -> None: ...
+
+    async def persist(self, what: str, write: Callable[[], Awaitable[Any]]) -> Any: ...
+
+    async def add_usage_for(self, run_id: uuid.UUID, usage: dict[str, int | float]) -> None: ...
+
+    async def interrupt_for(self, run_id: uuid.UUID, key: str, *, kind: str = ..., payload: dict[str, Any] | None = None,
+                            expires_in: float | None = None) -> Any: ...
+
+    async def tool_for(self, run_id: uuid.UUID, question: str, call_id: str, name: str, arguments: dict[str, Any],
+                       func: Callable[..., Any] | Callable[..., Awaitable[Any]], *, approval: bool = False) -> Any: ...
+
+    def child_transcript(self, run_id: uuid.UUID) -> list[dict[str, Any]]: ...
+
+    def end_child_transcript(self, run_id: uuid.UUID) -> None: ...
+
+
 class Subagent:
     """What the agent drives a subagent with: a child run of the turn, streaming into the turn's answer."""
 
-    def __init__(self, turn: "Turn", *, name: str, key: str, run_id: uuid.UUID) -> None:
+    def __init__(self, turn: ParentTurn, *, name: str, key: str, run_id: uuid.UUID) -> None:
         self._turn = turn
         self.name = name
         self.key = key
         self.run_id = run_id
         self.parent_run_id = turn.run_id
-        self._transcript = turn._subagent_transcripts.setdefault(str(run_id), [])
+        self._transcript = turn.child_transcript(run_id)
 
     @property
     def transcript(self) -> list[dict[str, Any]]:
@@ -98,7 +137,7 @@ class Subagent:
 
     async def add_usage(self, usage: dict[str, int | float]) -> None:
         """Add a model call's counters to this child run's usage (not the parent's), fenced by the turn's epoch."""
-        await self._turn._add_run_usage(self.run_id, usage)
+        await self._turn.add_usage_for(self.run_id, usage)
 
     async def interrupt(
         self,
@@ -109,8 +148,8 @@ class Subagent:
         expires_in: float | None = None,
     ) -> Any:
         """Ask a question of the turn on behalf of this child run (the interrupt's run is the child)."""
-        return await self._turn._ask(self._question(key), run_id=self.run_id, kind=kind, payload=payload,
-                                     expires_in=expires_in)
+        return await self._turn.interrupt_for(self.run_id, self._question(key), kind=kind, payload=payload,
+                                              expires_in=expires_in)
 
     async def tool(
         self,
@@ -122,8 +161,8 @@ class Subagent:
         approval: bool = False,
     ) -> Any:
         """Call a tool once per ``call_id`` of the turn; an approval is asked on behalf of this child run."""
-        result = await self._turn._call_tool(call_id, name, arguments, func, approval=approval, run_id=self.run_id,
-                                             question=self._question(f"tool:{call_id}"))
+        result = await self._turn.tool_for(self.run_id, self._question(f"tool:{call_id}"), call_id, name, arguments, func,
+                                           approval=approval)
         self._record_tool(call_id, name, arguments, result)
         return result
 
@@ -159,34 +198,30 @@ def child_run_id(message_id: uuid.UUID, key: str, generation: int) -> uuid.UUID:
     return uuid.uuid5(SUBAGENT_NAMESPACE, f"{message_id}:{key}:{generation}")
 
 
-async def open_child_run(turn: "Turn", name: str, key: str) -> "Run":
+async def open_child_run(turn: ParentTurn, name: str, key: str) -> Run:
     """The subagent's open child run: the one a parked child continues, or a new one of the next generation."""
     from ..stores import run_store
 
-    producer = turn._producer
     for generation in itertools.count():
         run_id = child_run_id(turn.message_id, key, generation)
-        run = await producer.persist("subagent run", lambda: run_store().acreate_or_resume(
+        run = await turn.persist("subagent run", lambda: run_store().acreate_or_resume(
             turn.scope, turn.conversation_id, id=run_id, message_id=turn.message_id, name=name,
-            parent_id=turn.run_id, epoch=producer.epoch,
+            parent_id=turn.run_id, epoch=turn.epoch,
         ))
         if run.status in OPEN_RUN_STATUSES:
             break
     if run.status == RunStatus.INTERRUPTED:
-        run = await producer.persist("subagent run", lambda: run_store().aset_status(
-            turn.scope, run.pk, RunStatus.RUNNING, epoch=producer.epoch
+        run = await turn.persist("subagent run", lambda: run_store().aset_status(
+            turn.scope, run.pk, RunStatus.RUNNING, epoch=turn.epoch
         ))
     return run
 
 
 @contextlib.asynccontextmanager
-async def subagent_run(turn: "Turn", name: str, key: str) -> AsyncIterator[Subagent]:
+async def subagent_run(turn: ParentTurn, name: str, key: str) -> AsyncIterator[Subagent]:
     """Open the child run, yield its :class:`Subagent`, and record how the block ended."""
     from ..stores import run_store
-    from .producer import Outcome
-    from .turn import TurnSuspended
 
-    producer = turn._producer
     run = await open_child_run(turn, name, key)
     subagent = Subagent(turn, name=name, key=key, run_id=run.pk)
 
@@ -194,15 +229,15 @@ async def subagent_run(turn: "Turn", name: str, key: str) -> AsyncIterator[Subag
         transcript = stored_transcript(subagent._transcript)
         if status == RunStatus.INTERRUPTED:
             write = lambda: run_store().aset_status(  # noqa: E731
-                turn.scope, run.pk, status, transcript=transcript, epoch=producer.epoch
+                turn.scope, run.pk, status, transcript=transcript, epoch=turn.epoch
             )
         else:
             # Finished: the next generation of the key starts a transcript of its own.
-            turn._subagent_transcripts.pop(str(run.pk), None)
+            turn.end_child_transcript(run.pk)
             write = lambda: run_store().afinish(  # noqa: E731
-                turn.scope, run.pk, status, error=error, transcript=transcript, epoch=producer.epoch
+                turn.scope, run.pk, status, error=error, transcript=transcript, epoch=turn.epoch
             )
-        await producer.persist("subagent run", write)
+        await turn.persist("subagent run", write)
 
     try:
         yield subagent
@@ -212,9 +247,9 @@ async def subagent_run(turn: "Turn", name: str, key: str) -> AsyncIterator[Subag
     except asyncio.CancelledError:
         # As the producer judges its own run: a stop aborts, the run time limit fails, a shutdown writes nothing.
         with contextlib.suppress(Exception):  # the stop propagates whatever this write meets (a fence, say)
-            if producer.stop_reason is Outcome.CANCELLED:
+            if turn.stop_reason is Outcome.CANCELLED:
                 await end(RunStatus.ABORTED, {"code": "cancelled", "message": "The turn was stopped."})
-            elif producer.stop_reason is Outcome.ERRORED:
+            elif turn.stop_reason is Outcome.ERRORED:
                 await end(RunStatus.FAILED, {"code": "max_run_time", "message": "The turn ran longer than MAX_RUN_TIME."})
         raise
     except Fenced:

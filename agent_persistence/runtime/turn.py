@@ -1,4 +1,10 @@
-"""What an agent sees of its turn: transcript, state, streaming, tools, interrupts, cancellation."""
+"""What an agent sees of its turn: transcript, state, streaming, tools, interrupts, cancellation.
+
+A :class:`Turn` reaches the run that drives it through the :class:`~.host.TurnHost` protocol
+(the producer implements it). Its child runs (:mod:`.subagents`) use its public API for them
+(``interrupt_for``, ``tool_for``, ``add_usage_for``, ``child_transcript``, ``persist``,
+``stop_reason``), never its private members.
+"""
 
 from __future__ import annotations
 
@@ -10,36 +16,19 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..scope import Scope
 from ..statuses import InterruptKind, InterruptStatus
+from .outcomes import CANCELLED_ANSWER, InterruptCancelled, Outcome, TurnSuspended
+from .subagents import Subagent, subagent_run
 
 if TYPE_CHECKING:
     from ..models import Message
-    from .producer import Producer
-    from .subagents import Subagent
+    from .host import TurnHost
 
 # Deterministic interrupt ids: the same question in a re-driven run has the same id.
 INTERRUPT_NAMESPACE = uuid.UUID("6f0b4a52-36b4-4d55-9c3a-3f1e4b0f7a10")
 # Deterministic activity ids: the same activity key in a re-driven run updates the same row.
 ACTIVITY_NAMESPACE = uuid.UUID("2b9e7c1d-5a40-4f8e-9d3b-7c6a1e0f4b21")
 
-
-class TurnSuspended(Exception):
-    """Raised inside ``run`` when an interrupt awaits an answer: the run ends as interrupted."""
-
-    def __init__(self, interrupt_id: uuid.UUID) -> None:
-        self.interrupt_id = interrupt_id
-        super().__init__(f"Waiting for the answer to interrupt {interrupt_id}.")
-
-
-#: What the framework bridges hand their framework for a cancelled question: no approval, no result.
-CANCELLED_ANSWER = {"cancelled": True}
-
-
-class InterruptCancelled(Exception):
-    """Raised by ``turn.interrupt`` when the question was cancelled (a resume batch's cancelled entry)."""
-
-    def __init__(self, interrupt_id: uuid.UUID) -> None:
-        self.interrupt_id = interrupt_id
-        super().__init__(f"Interrupt {interrupt_id} was cancelled.")
+# TurnSuspended, InterruptCancelled and CANCELLED_ANSWER are re-exported: the agent API names them beside Turn.
 
 
 class Turn:
@@ -59,7 +48,7 @@ class Turn:
     def __init__(
         self,
         *,
-        producer: "Producer",
+        host: TurnHost,
         scope: Scope,
         conversation_id: uuid.UUID,
         message_id: uuid.UUID,
@@ -73,7 +62,7 @@ class Turn:
         answers: dict[str, Any] | None = None,
         subagents: dict[str, list[dict[str, Any]]] | None = None,
     ) -> None:
-        self._producer = producer
+        self._host = host
         self.scope = scope
         self.conversation_id = conversation_id
         self.message_id = message_id
@@ -102,27 +91,21 @@ class Turn:
 
     @property
     def cancelled(self) -> bool:
-        return self._producer.cancel_requested
+        return self._host.cancel_requested
 
     @property
     def epoch(self) -> int:
         """The lease epoch of the run driving this turn: every write the run makes is fenced by it."""
-        return self._producer.epoch
+        return self._host.epoch
 
     async def add_usage(self, usage: dict[str, int | float]) -> None:
         """Add a model call's counters (``{"input_tokens": 12, ...}``) to the run's usage, fenced by its epoch.
 
         What was added stays on the run however it ends (completed, failed or aborted).
         """
-        await self._add_run_usage(self.run_id, usage)
+        await self.add_usage_for(self.run_id, usage)
 
-    async def _add_run_usage(self, run_id: uuid.UUID, usage: dict[str, int | float]) -> None:
-        from ..stores import run_store
-
-        producer = self._producer
-        await producer.persist("usage", lambda: run_store().aadd_usage(self.scope, run_id, usage, epoch=producer.epoch))
-
-    def subagent(self, name: str, *, key: str | None = None) -> AbstractAsyncContextManager["Subagent"]:
+    def subagent(self, name: str, *, key: str | None = None) -> AbstractAsyncContextManager[Subagent]:
         """A child run of this run for a subagent, as ``async with turn.subagent("researcher") as sub:``.
 
         The child run has ``parent`` = this run and ``name``; what it streams
@@ -130,15 +113,13 @@ class Turn:
         interrupts. ``key`` (default ``name``) tells two subagents of one name
         apart within the turn. See :mod:`agent_persistence.runtime.subagents`.
         """
-        from .subagents import subagent_run
-
         if not isinstance(name, str) or not name:
             raise TypeError("turn.subagent() takes a name.")
         return subagent_run(self, name, name if key is None else key)
 
     async def save_checkpoint(self) -> None:
         """Save the turn's checkpoint now (the runtime also saves it periodically and after every tool call)."""
-        await self._producer.save_checkpoint()
+        await self._host.save_checkpoint()
 
     def stream(self, text: str) -> None:
         """Append ``text`` to the answer. It reaches followers within one flush interval.
@@ -151,7 +132,7 @@ class Turn:
             raise TypeError("turn.stream() takes text.")
         if text:
             self._text += text
-            self._producer.message_changed()
+            self._host.message_changed()
 
     def message(self) -> dict[str, Any]:
         """The cumulative assistant message as followers and the transcript see it."""
@@ -188,26 +169,29 @@ class Turn:
         without running the tool, and so does a cancelled approval
         (``{"denied": True, "cancelled": True, ...}``).
         """
-        return await self._call_tool(call_id, name, arguments, func, approval=approval, run_id=self.run_id,
-                                     question=f"tool:{call_id}")
+        return await self.tool_for(self.run_id, f"tool:{call_id}", call_id, name, arguments, func, approval=approval)
 
-    async def _call_tool(
+    async def tool_for(
         self,
+        run_id: uuid.UUID,
+        question: str,
         call_id: str,
         name: str,
         arguments: dict[str, Any],
         func: Callable[..., Any] | Callable[..., Awaitable[Any]],
         *,
-        approval: bool,
-        run_id: uuid.UUID,
-        question: str,
+        approval: bool = False,
     ) -> Any:
+        """:meth:`tool` on behalf of ``run_id`` (this run or a child run): an approval is asked as ``question`` for it.
+
+        The call is the turn's (one per ``call_id`` of the turn, recorded in its answer and checkpoint).
+        """
         if call_id in self._tool_results:
             return self._tool_results[call_id]
         if approval:
             payload = {"tool_call_id": call_id, "name": name, "arguments": arguments}
             try:
-                answer = await self._ask(question, run_id=run_id, kind=InterruptKind.TOOL_APPROVAL, payload=payload)
+                answer = await self.interrupt_for(run_id, question, kind=InterruptKind.TOOL_APPROVAL, payload=payload)
             except InterruptCancelled:
                 answer = dict(CANCELLED_ANSWER)
             if not (isinstance(answer, dict) and answer.get("approved") is True):
@@ -225,9 +209,9 @@ class Turn:
     async def _record_tool(self, call_id: str, name: str, arguments: dict[str, Any], result: Any) -> None:
         self._tool_results[call_id] = result
         self._tool_calls.append({"id": call_id, "name": name, "arguments": arguments, "result": result})
-        self._producer.message_changed()
+        self._host.message_changed()
         # The result is saved before the agent goes on, so a crash never runs the tool twice.
-        await self._producer.save_checkpoint()
+        await self._host.save_checkpoint()
 
     async def interrupt(
         self,
@@ -245,22 +229,26 @@ class Turn:
         the conversation's pending interrupts are settled. A question the
         settling batch cancelled raises :class:`InterruptCancelled` here.
         """
-        return await self._ask(key, run_id=self.run_id, kind=kind, payload=payload, expires_in=expires_in)
+        return await self.interrupt_for(self.run_id, key, kind=kind, payload=payload, expires_in=expires_in)
 
-    async def _ask(
+    async def interrupt_for(
         self,
+        run_id: uuid.UUID,
         key: str,
         *,
-        run_id: uuid.UUID,
-        kind: str,
-        payload: dict[str, Any] | None,
+        kind: str = InterruptKind.GENERIC,
+        payload: dict[str, Any] | None = None,
         expires_in: float | None = None,
     ) -> Any:
+        """:meth:`interrupt` on behalf of ``run_id`` (this run or a child run): the question's run is ``run_id``.
+
+        ``key`` names the question within the turn, whichever run asks it.
+        """
         interrupt_id = uuid.uuid5(INTERRUPT_NAMESPACE, f"{self.message_id}:{key}")
         if str(interrupt_id) in self._answers:
             return self._answers[str(interrupt_id)]
         # Insert-if-absent: a question asked before comes back as it is stored now.
-        stored = await self._producer.raise_interrupt(
+        stored = await self._host.raise_interrupt(
             interrupt_id, run_id=run_id, kind=kind, payload=payload or {}, expires_in=expires_in
         )
         if stored.status == InterruptStatus.RESOLVED:
@@ -283,7 +271,7 @@ class Turn:
         logged and never fails the turn. Returns the activity's id.
         """
         activity_id = uuid.uuid5(ACTIVITY_NAMESPACE, f"{self.message_id}:{key}")
-        await self._producer.save_activity({
+        await self._host.save_activity({
             "id": activity_id,
             "activity_type": activity_type,
             "content": content,
@@ -292,3 +280,45 @@ class Turn:
             "run_id": self.run_id,
         })
         return activity_id
+
+    # -- answers, read again by the host ---------------------------------------------------------
+
+    def receive_answers(self, answers: dict[str, Any]) -> None:
+        """The settled answers of the turn's interrupts, by interrupt id, for the questions the run asks again.
+
+        The host calls it when every question was answered before the run could go idle, and
+        drives the agent on at once.
+        """
+        self._answers = dict(answers)
+
+    # -- child runs (:mod:`.subagents`) ------------------------------------------------------------
+
+    @property
+    def stop_reason(self) -> Outcome | None:
+        """Why the run is being stopped (a cancel, the run time limit, a fence, a shutdown); None while it runs."""
+        return self._host.stop_reason
+
+    async def persist(self, what: str, write: Callable[[], Awaitable[Any]]) -> Any:
+        """Await ``write()`` (a store write fenced by :attr:`epoch`), retried while the database refuses it.
+
+        ``what`` names the write in the log. A fenced write is never retried.
+        """
+        return await self._host.persist(what, write)
+
+    async def add_usage_for(self, run_id: uuid.UUID, usage: dict[str, int | float]) -> None:
+        """:meth:`add_usage` to ``run_id`` (this run or a child run), fenced by this run's epoch."""
+        from ..stores import run_store
+
+        await self.persist("usage", lambda: run_store().aadd_usage(self.scope, run_id, usage, epoch=self.epoch))
+
+    def child_transcript(self, run_id: uuid.UUID) -> list[dict[str, Any]]:
+        """The transcript of the open child run ``run_id`` (started empty), kept in the turn's checkpoint.
+
+        The list itself: what the child appends to it is in the next checkpoint, so a re-driven
+        turn continues the child's transcript where the checkpoint left it.
+        """
+        return self._subagent_transcripts.setdefault(str(run_id), [])
+
+    def end_child_transcript(self, run_id: uuid.UUID) -> None:
+        """Drop the finished child run's transcript from the checkpoint (its run keeps it)."""
+        self._subagent_transcripts.pop(str(run_id), None)

@@ -29,7 +29,7 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.db import connection
 
 from agent_persistence.runtime import loop
-from agent_persistence.runtime.turns import cancel_turn, start_turn
+from agent_persistence.runtime.lifecycle import cancel_turn, start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store
 from agent_persistence.models import TurnSupervision

@@ -37,7 +37,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agent_persistence.models import Run, TurnSupervision
-from agent_persistence.runtime.turns import begin_turn
+from agent_persistence.runtime.lifecycle import begin_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import (
     conversation_store,

@@ -20,7 +20,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agent_persistence.models import Conversation, Interrupt, Message, Run, TurnSupervision
-from agent_persistence.runtime.turns import begin_turn
+from agent_persistence.runtime.lifecycle import begin_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store, interrupt_store, run_store, supervision_store
 from tests.agents import ANSWER

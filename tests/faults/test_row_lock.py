@@ -24,7 +24,7 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from agent_persistence.models import Conversation, Message, Run, TurnSupervision
-from agent_persistence.runtime.turns import start_turn
+from agent_persistence.runtime.lifecycle import start_turn
 from agent_persistence.stores.supervision import status_of
 from tests.agents import ANSWER
 

@@ -20,7 +20,7 @@ from django.test import override_settings
 
 from agent_persistence.models import GraphCheckpoint, Interrupt, Message, Run
 from agent_persistence.runtime.producer import Outcome
-from agent_persistence.runtime.turns import cancel_turn, continue_turn, start_turn
+from agent_persistence.runtime.lifecycle import cancel_turn, continue_turn, start_turn
 from tests.agents import ANSWER
 from tests.integrations.script import PART1
 from tests.integrations.settings import AGENT_PERSISTENCE as BRIDGE_SETTINGS

@@ -177,7 +177,7 @@ def test_an_approval_asked_in_one_process_is_answered_and_run_in_another(framewo
     conversation_id, message_id = uuid.uuid4(), uuid.uuid4()
 
     async def ask() -> Any:
-        from agent_persistence.runtime.turns import start_turn
+        from agent_persistence.runtime.lifecycle import start_turn
 
         try:
             handle = await start_turn(alice, conversation_id, content="go", agent=f"{framework}-approval", message_id=message_id)

@@ -17,7 +17,7 @@ from django.test import override_settings
 
 from agent_persistence.models import Interrupt, Message
 from agent_persistence.runtime.producer import Outcome
-from agent_persistence.runtime.turns import continue_turn, start_turn
+from agent_persistence.runtime.lifecycle import continue_turn, start_turn
 from example_project.settings import AGENT_PERSISTENCE as EXAMPLE_SETTINGS
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -25,7 +25,7 @@ from langgraph.types import Command, interrupt
 from agent_persistence.exceptions import Fenced
 from agent_persistence.integrations.langgraph_store import DjangoCheckpointSaver
 from agent_persistence.models import AgentCheckpoint, GraphBlob, GraphCheckpoint, GraphWrite
-from agent_persistence.runtime.turns import begin_turn, force_release
+from agent_persistence.runtime.lifecycle import begin_turn, force_release
 from agent_persistence.stores import checkpoint_store
 from agent_persistence.testing.concurrency import run_in_threads
 

@@ -26,7 +26,7 @@ from langgraph.types import Command, interrupt
 from agent_persistence.exceptions import Fenced, Validation
 from agent_persistence.integrations.langgraph_store import DjangoCheckpointSaver
 from agent_persistence.models import GraphBlob, GraphCheckpoint, GraphWrite
-from agent_persistence.runtime.turns import begin_turn, force_release
+from agent_persistence.runtime.lifecycle import begin_turn, force_release
 from agent_persistence.testing.concurrency import run_in_threads
 from tests.integrations.test_langgraph_checkpointer import FENCE_AGENTS, Mode, approval_graph, bound_saver, checkpoint_with, thread
 

@@ -27,7 +27,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from agent_persistence.integrations.pydantic_ai import PydanticAIAgent
 from agent_persistence.runtime.producer import Outcome
-from agent_persistence.runtime.turns import start_turn
+from agent_persistence.runtime.lifecycle import start_turn
 from tests.integrations.settings import AGENT_PERSISTENCE as BRIDGE_SETTINGS
 
 pytestmark = pytest.mark.django_db(transaction=True)

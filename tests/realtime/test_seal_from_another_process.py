@@ -39,7 +39,7 @@ WITHIN = 1.5
 CANCEL = """
 import asyncio, django, sys, faulthandler; faulthandler.dump_traceback_later(40, exit=True)
 django.setup()
-from agent_persistence.runtime.turns import cancel_turn
+from agent_persistence.runtime.lifecycle import cancel_turn
 from agent_persistence.scope import Scope
 asyncio.run(cancel_turn(Scope(tenant="", user=sys.argv[1]), sys.argv[2]))
 """
@@ -47,7 +47,7 @@ asyncio.run(cancel_turn(Scope(tenant="", user=sys.argv[1]), sys.argv[2]))
 CLOSE_OUT = """
 import django, sys, uuid
 django.setup()
-from agent_persistence.runtime.turns import close_out_dead_turn
+from agent_persistence.runtime.lifecycle import close_out_dead_turn
 from agent_persistence.scope import Scope
 assert close_out_dead_turn(Scope(tenant="", user=sys.argv[1]), uuid.UUID(sys.argv[2]))
 """

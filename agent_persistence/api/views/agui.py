@@ -32,7 +32,7 @@ from ...agui.streams import CONTENT_TYPE, admit_stream, blocking_event_stream, e
 from ...conf import app_settings
 from ...exceptions import Conflict, NotFound, TooManyRequests, Validation
 from ...runtime import loop
-from ...runtime.turns import continue_turn, start_turn
+from ...runtime.lifecycle import continue_turn, start_turn
 from ...stores import conversation_store, metadata_store, turn_store
 from ...stores.protocols import TurnView
 from ..schema import extend_schema

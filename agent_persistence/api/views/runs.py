@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from ...models import InterruptStatus
 from ...runtime import loop
-from ...runtime.turns import begin_continuation, continue_turn, launch
+from ...runtime.lifecycle import begin_continuation, continue_turn, launch
 from ...stores import interrupt_store, run_store
 from ...stores.interrupts import is_lapsed
 from ...stores.protocols import Continuation

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ...runtime import loop
-from ...runtime.turns import TurnHandle, cancel_turn, continue_turn, resume_turn, start_turn
+from ...runtime.lifecycle import TurnHandle, cancel_turn, continue_turn, resume_turn, start_turn
 from ...stores import interrupt_store, run_store, turn_store
 from ..pagination import page_body, paging
 from ..schema import extend_schema

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand
 
 from ...conf import app_settings
 from ...runtime.producer import Supervisor
-from ...runtime.turns import reap_dead_turns
+from ...runtime.lifecycle import reap_dead_turns
 
 
 class Command(BaseCommand):

@@ -68,12 +68,11 @@ def announce(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID, ru
     """``conversation_updated`` (ids only), once the transaction that sealed the turn has committed.
 
     ``view`` is the sealed turn as :meth:`TurnStore.read_turn` would read it now; receivers in this
-    process get it from :func:`..runtime.hooks.sealed_view` during the send.
+    process get it from :func:`agent_persistence.signals.sealed_view` during the send.
     """
-    from ...runtime import hooks
-    from ...signals import conversation_updated
+    from ...signals import conversation_updated, sealing
 
-    with hooks.sealing(view):
+    with sealing(view):
         conversation_updated.send(
             sender=Conversation, tenant=scope.tenant, conversation_id=conversation_id, message_id=message_id, run_id=run_id
         )

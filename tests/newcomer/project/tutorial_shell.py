@@ -3,7 +3,7 @@ import uuid
 
 from django.contrib.auth import get_user_model
 
-from agent_persistence.runtime.turns import continue_turn, start_turn
+from agent_persistence.runtime.lifecycle import continue_turn, start_turn
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store, interrupt_store
 

@@ -1,0 +1,338 @@
+"""The turn lifecycle's entry points: start, continue after interrupts, resume after a crash, cancel, reap.
+
+Each asks the turn store (:mod:`agent_persistence.stores.turns`) for its
+transition, which is one transaction (so a refusal changes nothing), then
+launches a :class:`~.producer.Producer` as an asyncio task on the running
+event loop and returns a :class:`TurnHandle` at once. Await ``handle.task``
+to wait for the outcome. This module opens no transaction and touches no
+model: every write is a store call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from ..conf import app_settings
+from ..exceptions import Busy, Conflict, ConversationNotOwned
+from ..scope import Scope
+from ..statuses import TurnState
+from ..stores import conversation_store, run_store, supervision_store, turn_store
+from ..stores.protocols import Continuation, TurnPlan
+from ..stores.rules.turns import PRODUCER_LOST  # the error a turn closed out after its producer died carries
+from . import hooks
+from .agents import get_agent
+from .outcomes import SEALS, Outcome
+from .producer import Producer, Supervisor, replica_id
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnHandle:
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    run_id: uuid.UUID
+    epoch: int
+    resumed: bool
+    task: "asyncio.Task[Outcome]"
+    #: Answering took over a turn whose producer had died (and resumed it here).
+    took_over: bool = False
+
+
+def supervisor() -> Supervisor:
+    """The running loop's supervisor, with the in-process reaper started when ``REAPER_ENABLED``."""
+    current = Supervisor.current()
+    if app_settings.REAPER_ENABLED:
+        current.start_reaper(reap_forever)
+    return current
+
+
+_reaper_started_in = 0  # the process id whose producer loop runs the reaper (forked workers start their own)
+
+
+def ensure_reaper() -> bool:
+    """With ``REAPER_ENABLED``, start the in-process reaper on this process's producer loop, once.
+
+    Called when the process serves its first HTTP request (``request_started``, WSGI or ASGI) and
+    its first websocket follower, so a replica reaps whatever it serves, not only once it starts a
+    turn of its own. Cheap and idempotent; returns whether a reaper runs (was started) in this process.
+    """
+    global _reaper_started_in
+    if not app_settings.REAPER_ENABLED:
+        return False
+    if _reaper_started_in == os.getpid():
+        return True
+    _reaper_started_in = os.getpid()
+    from .loop import submit
+
+    async def start() -> None:
+        supervisor()
+
+    submit(start())
+    return True
+
+
+def on_request_started(sender: Any, **kwargs: Any) -> None:
+    """``request_started`` receiver (connected in ``AppConfig.ready``): start the reaper with the process."""
+    try:
+        ensure_reaper()
+    except Exception:  # noqa: BLE001 - a request never fails for the reaper; the next one tries again
+        global _reaper_started_in
+        _reaper_started_in = 0
+        logger.exception("Could not start the reaper.")
+
+
+# -- start -------------------------------------------------------------------------------------
+
+
+def begin_turn(scope: Scope, conversation_id: Any, *, content: Any, agent: str | None = None,
+               message_id: Any = None, user_message_id: Any = None, metadata: dict[str, Any] | None = None) -> TurnPlan:
+    """Store the user message, claim the conversation and create the run, in one transaction.
+
+    Refusals (PendingInterrupts, Busy, Validation, ...) roll everything back.
+    """
+    return turn_store().begin(
+        scope, conversation_id, content=content, known_agents=app_settings.AGENTS, agent=agent,
+        message_id=message_id, user_message_id=user_message_id, metadata=metadata, replica=replica_id(),
+    )
+
+
+def launch(plan: TurnPlan, *, took_over: bool = False) -> TurnHandle:
+    """Drive ``plan`` as an asyncio task on the running loop."""
+    producer = Producer(plan, get_agent(plan.agent_name))
+    task = asyncio.get_running_loop().create_task(producer.drive(), name=f"agent_persistence.turn.{plan.message_id}")
+    producer.task = task
+    supervisor().add(producer)  # visible (heartbeat, stop) before the task first runs
+    return TurnHandle(plan.conversation_id, plan.message_id, plan.run_id, plan.epoch, plan.resumed, task, took_over)
+
+
+async def start_turn(scope: Scope, conversation_id: Any, *, content: Any, agent: str | None = None,
+                     message_id: Any = None, user_message_id: Any = None,
+                     metadata: dict[str, Any] | None = None) -> TurnHandle:
+    """Start a turn: the conversation is created on its first user message."""
+    plan = await sync_to_async(begin_turn)(
+        scope, conversation_id, content=content, agent=agent, message_id=message_id,
+        user_message_id=user_message_id, metadata=metadata,
+    )
+    return launch(plan)
+
+
+# -- continue after interrupts -------------------------------------------------------------------
+
+
+def begin_continuation(scope: Scope, conversation_id: Any, answers: list[dict[str, Any]], *,
+                       resolved_by: str | None = None) -> Continuation:
+    """Commit the answers (all or nothing) and, when they release the turn, claim its next run, atomically.
+
+    An interrupted run gets a continuation run; a turn whose producer died
+    before it could go idle is taken over; a live producer sees the answers
+    itself. A repeated identical batch returns the first outcome and starts nothing.
+    """
+    return turn_store().continue_after_answers(scope, conversation_id, answers, resolved_by=resolved_by,
+                                               replica=replica_id())
+
+
+async def continue_turn(scope: Scope, conversation_id: Any, answers: list[dict[str, Any]], *,
+                        resolved_by: str | None = None) -> tuple[list[Any], TurnHandle | None]:
+    continuation = await sync_to_async(begin_continuation)(scope, conversation_id, answers, resolved_by=resolved_by)
+    handle = launch(continuation.plan, took_over=continuation.took_over) if continuation.plan is not None else None
+    return continuation.interrupts, handle
+
+
+# -- resume after a crash ---------------------------------------------------------------------------
+
+
+def begin_resume(scope: Scope, conversation_id: Any, *, message_id: Any = None) -> TurnPlan:
+    """Claim a dead producer's turn at epoch + 1 for a new run; its open runs are recorded as lost.
+
+    A live turn is Busy (409); a finished one, or none, is Gone (410).
+    """
+    return turn_store().resume(scope, conversation_id, message_id=message_id, replica=replica_id())
+
+
+async def resume_turn(scope: Scope, conversation_id: Any, *, message_id: Any = None) -> TurnHandle:
+    plan = await sync_to_async(begin_resume)(scope, conversation_id, message_id=message_id)
+    return launch(plan)
+
+
+# -- stop ---------------------------------------------------------------------------------------------
+
+
+def request_stop(scope: Scope, conversation_id: Any) -> Any:
+    """Flag the active run of the conversation for a stop; its producer (on any process) sees it within one heartbeat."""
+    run = run_store().find_active_run(scope, conversation_id)
+    if run is None:
+        if conversation_store().get(scope, conversation_id).owner != scope.user:
+            raise ConversationNotOwned()
+        raise Conflict("No turn is running in this conversation.", code="no_turn_running")
+    return run_store().request_cancel(scope, run.pk)
+
+
+async def cancel_turn(scope: Scope, conversation_id: Any) -> Any:
+    """Stop the conversation's turn: it ends as cancelled and keeps its partial answer.
+
+    The local producer stops at once; one in another process at its next
+    heartbeat; a dead producer's turn is closed out here.
+    """
+    run = await sync_to_async(request_stop)(scope, conversation_id)
+    producer = supervisor().get(run.conversation_id)
+    if producer is not None:
+        producer.stop(Outcome.CANCELLED)
+        return run
+    status = await supervision_store().astatus(scope, run.conversation_id)
+    if status.state == TurnState.DEAD:
+        await sync_to_async(close_out_dead_turn)(scope, run.conversation_id, Outcome.CANCELLED)
+        # The seal's layer message is queued on this loop: see it sent before a caller's loop can end.
+        await hooks.flush_announcements()
+    return run
+
+
+# -- dead turns ------------------------------------------------------------------------------------------
+
+
+def close_out_dead_turn(scope: Scope, conversation_id: uuid.UUID, outcome: Outcome = Outcome.ERRORED) -> bool:
+    """End a dead producer's turn here, with the partial answer of its recording, without re-driving it."""
+    return turn_store().close_out(
+        scope,
+        conversation_id,
+        seal=SEALS[outcome],
+        stop_reason=outcome.value,
+        error=PRODUCER_LOST if outcome is Outcome.ERRORED else None,
+        replica=replica_id(),
+    )
+
+
+def force_release(conversation_id: uuid.UUID) -> bool:
+    """Operator action: end the conversation's running turn as errored and fence its producer.
+
+    The supervision row becomes errored at a raised epoch (the producer's next
+    write is refused), the turn's open runs are aborted (``force_released``)
+    and the conversation reads ``errored``. False when no turn was running.
+    """
+    return turn_store().force_release(conversation_id)
+
+
+def stop_turn_now(conversation_id: uuid.UUID) -> Any:
+    """Operator action: stop the conversation's turn as its owner would, from any process.
+
+    A live producer sees the stop within one heartbeat; a dead producer's turn
+    is closed out here as cancelled with its partial answer.
+    """
+    scope = turn_store().scope_of(conversation_id)
+    run = request_stop(scope, conversation_id)
+    if supervision_store().status(scope, conversation_id).state == TurnState.DEAD:
+        close_out_dead_turn(scope, run.conversation_id, Outcome.CANCELLED)
+    return run
+
+
+#: The error of a turn the reaper closed out because its resumes kept failing (``MAX_RESUME_ATTEMPTS``).
+RESUME_ATTEMPTS_EXHAUSTED = "resume_attempts_exhausted"
+
+
+def failed_resumes(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.UUID) -> int:
+    """Resumes of the turn that ended without a seal, counted from its runs (no column of its own).
+
+    Every takeover of a dead turn records the run it took over as aborted with ``producer_lost``; the
+    first such run is the original producer's death, each later one a resumed producer's (it died,
+    or its seal failed and it stopped). The turn's run open now is dead too (the caller found it so).
+    """
+    runs = run_store().list(scope, conversation_id, message_id=message_id, limit=100).items
+    lost = sum(
+        1 for run in runs
+        if getattr(run, "parent_id", None) is None and (run.error or {}).get("code") == PRODUCER_LOST["code"]
+    )
+    return lost
+
+
+def close_out_exhausted(scope: Scope, conversation_id: uuid.UUID, failures: int) -> bool:
+    """End a turn whose resumes kept failing as errored, with its partial answer and the reason.
+
+    The reason is the run's error (``resume_attempts_exhausted``, shown in the admin and by the API)
+    and a warning in the log. When even the close-out cannot store the answer, the turn is force
+    released (fenced, its runs aborted) so it is never resumed again.
+    """
+    limit = app_settings.MAX_RESUME_ATTEMPTS
+    error = {
+        "code": RESUME_ATTEMPTS_EXHAUSTED,
+        "message": f"The turn was resumed {failures} times and each resume ended without a seal "
+                   f"(MAX_RESUME_ATTEMPTS is {limit}); it was closed out with its partial answer.",
+    }
+    logger.warning(
+        "The turn of conversation %s failed %d resumes (MAX_RESUME_ATTEMPTS %d): closing it out as errored.",
+        conversation_id, failures, limit,
+    )
+    try:
+        return turn_store().close_out(
+            scope, conversation_id, seal=SEALS[Outcome.ERRORED], stop_reason=Outcome.ERRORED.value, error=error,
+            replica=replica_id(),
+        )
+    except Busy:
+        raise
+    except Exception:  # noqa: BLE001 - the answer itself cannot be stored: stop the turn anyway
+        logger.warning("Closing out the turn of conversation %s failed; force releasing it.", conversation_id, exc_info=True)
+        return turn_store().force_release(conversation_id, error=error)
+
+
+async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
+    """Resume (in this process) or close out every turn whose producer is dead; returns their conversations.
+
+    A turn whose resumes have failed ``MAX_RESUME_ATTEMPTS`` times is closed out as errored
+    (``resume_attempts_exhausted``) instead of resumed again, so no turn makes a reaper loop.
+    """
+    dead = await turn_store().adead_turns(limit=limit)
+    handled = []
+    closed_out = not resume
+    for scope, conversation_id, message_id in dead:
+        try:
+            failures = await sync_to_async(failed_resumes)(scope, conversation_id, message_id) if resume else 0
+            if resume and failures >= app_settings.MAX_RESUME_ATTEMPTS:
+                await sync_to_async(close_out_exhausted)(scope, conversation_id, failures)
+                closed_out = True
+            elif resume:
+                await resume_turn(scope, conversation_id, message_id=message_id)
+            else:
+                await sync_to_async(close_out_dead_turn)(scope, conversation_id)
+        except Exception:  # noqa: BLE001 - another reaper may have taken it; go on with the rest
+            logger.info("Could not reap the turn of conversation %s", conversation_id, exc_info=True)
+            continue
+        handled.append(conversation_id)
+    if handled and closed_out:
+        # The close-outs' seals are queued on this loop's sender: a one-shot command's loop ends next.
+        await hooks.flush_announcements()
+    return handled
+
+
+async def reap_forever() -> None:
+    """The in-process reaper (``REAPER_ENABLED``): resume dead turns here every ``REAPER_INTERVAL``."""
+    while True:
+        await asyncio.sleep(app_settings.REAPER_INTERVAL)
+        if not app_settings.REAPER_ENABLED:
+            continue  # turned off since it started (settings overridden at run time, e.g. in tests)
+        try:
+            await reap_dead_turns(resume=True)
+        except Exception:  # noqa: BLE001 - keep sweeping through a database outage
+            logger.exception("The reaper's sweep failed; retrying.")
+
+
+__all__ = [
+    "TurnHandle",
+    "begin_turn",
+    "cancel_turn",
+    "close_out_dead_turn",
+    "continue_turn",
+    "ensure_reaper",
+    "force_release",
+    "reap_dead_turns",
+    "reap_forever",
+    "request_stop",
+    "resume_turn",
+    "start_turn",
+    "stop_turn_now",
+]
