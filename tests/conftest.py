@@ -50,6 +50,7 @@ E2E_PATHS = (
 #: Names whose use (by a test, its fixtures, or the code they define) means another process.
 PROCESS_HELPERS = frozenset({
     "start_servers",  # tests.realtime.servers
+    "running_servers",  # tests.realtime.servers
     "live_server",  # tests.api.live (pytest-django's fixture of that name serves in a thread of this process, and is not one)
     "example_server",  # tests.browser.servers
     "RedisServer",  # tests.realtime.redis_server

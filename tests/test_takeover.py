@@ -9,32 +9,33 @@ id and epoch, never the dead run's.
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Any, Iterator
 
 import httpx
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.db import connection
 
 from tests.agents import ANSWER
 from tests.realtime.client import StreamClient
-from tests.realtime.servers import Server, logged_in_session, receive, send, server_env, socket_to, start_servers
+from tests.realtime.servers import (
+    LAYERS,
+    Server,
+    logged_in_session,
+    receive,
+    running_servers,
+    send,
+    socket_to,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
-REDIS_MISSING = not os.environ.get("REDIS_URL")
 
 
-@pytest.fixture(params=["recording", pytest.param("redis", marks=pytest.mark.skipif(REDIS_MISSING, reason="REDIS_URL is not set"))])
+@pytest.fixture(params=LAYERS)
 def servers(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
-    running = start_servers(server_env(str(connection.settings_dict["NAME"]), redis=request.param == "redis"))
-    try:
+    with running_servers(request.param) as running:
         yield running
-    finally:
-        for server in running:
-            server.stop()
 
 
 @pytest.fixture

@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
+import pytest
 import websockets
 
 from agent_persistence.testing.network import free_port
@@ -143,3 +144,25 @@ def server_stats(server: Server) -> dict[str, Any]:
     """The server's realtime state and SQL statement count (``/_realtime/stats``)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/_realtime/stats", timeout=10) as response:
         return json.loads(response.read())
+
+
+#: The channel layers a multi-server test runs on: the in-memory one (a follower on another server reads
+#: the recording) and Redis. Without ``REDIS_URL`` the Redis variant is skipped, except under CI, where
+#: :func:`running_servers` fails it: there it must run.
+LAYERS = ["recording", pytest.param("redis", marks=pytest.mark.skipif(
+    not os.environ.get("REDIS_URL") and not os.environ.get("CI"), reason="REDIS_URL is not set"))]
+
+
+@contextmanager
+def running_servers(layer: str, **env: str) -> Iterator[list[Server]]:
+    """Two servers on the test database and ``layer`` (one of :data:`LAYERS`), ``env`` added; stopped after."""
+    from django.db import connection
+
+    if layer == "redis" and not os.environ.get("REDIS_URL"):
+        pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
+    running = start_servers({**server_env(str(connection.settings_dict["NAME"]), redis=layer == "redis"), **env})
+    try:
+        yield running
+    finally:
+        for server in running:
+            server.stop()

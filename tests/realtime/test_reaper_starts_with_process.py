@@ -8,7 +8,6 @@ mid-answer; B's reaper must resume the turn and finish it.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import urllib.request
 import uuid
@@ -17,33 +16,31 @@ from typing import Any, Iterator
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.db import connection
 
 from agent_persistence.scope import Scope
 from agent_persistence.stores import supervision_store
 from tests.agents import ANSWER
 from tests.realtime.client import StreamClient
-from tests.realtime.servers import Server, logged_in_session, receive, send, server_env, socket_to, start_servers
+from tests.realtime.servers import (
+    LAYERS,
+    Server,
+    logged_in_session,
+    receive,
+    running_servers,
+    send,
+    socket_to,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
-REDIS_MISSING = not os.environ.get("REDIS_URL") and not os.environ.get("CI")
 #: Seconds between two sweeps of each server's reaper.
 REAPER_INTERVAL = 0.5
 
 
-@pytest.fixture(params=["recording", pytest.param("redis", marks=pytest.mark.skipif(REDIS_MISSING, reason="REDIS_URL is not set"))])
+@pytest.fixture(params=LAYERS)
 def servers(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
-    if request.param == "redis" and not os.environ.get("REDIS_URL"):
-        pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
-    env = server_env(str(connection.settings_dict["NAME"]), redis=request.param == "redis")
-    env["AP_REAPER_INTERVAL"] = str(REAPER_INTERVAL)
-    running = start_servers(env)
-    try:
+    with running_servers(request.param, AP_REAPER_INTERVAL=str(REAPER_INTERVAL)) as running:
         yield running
-    finally:
-        for server in running:
-            server.stop()
 
 
 @pytest.fixture

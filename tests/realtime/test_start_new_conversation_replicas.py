@@ -12,37 +12,36 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from typing import Any, Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection
 
 from agent_persistence.models import Conversation, Message, Run
 from tests.agents import ANSWER
 from tests.realtime.client import StreamClient
-from tests.realtime.servers import Server, logged_in_session, receive, send, server_env, socket_to, start_servers
+from tests.realtime.servers import (
+    LAYERS,
+    Server,
+    logged_in_session,
+    receive,
+    running_servers,
+    send,
+    socket_to,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 ROUNDS = 4
 
 
-REDIS_MISSING = not os.environ.get("REDIS_URL") and not os.environ.get("CI")
 
 
-@pytest.fixture(params=["recording", pytest.param("redis", marks=pytest.mark.skipif(REDIS_MISSING, reason="REDIS_URL is not set"))])
+@pytest.fixture(params=LAYERS)
 def servers(request: pytest.FixtureRequest) -> Iterator[list[Server]]:
-    if request.param == "redis" and not os.environ.get("REDIS_URL"):
-        pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
-    running = start_servers(server_env(str(connection.settings_dict["NAME"]), redis=request.param == "redis"))
-    try:
+    with running_servers(request.param) as running:
         yield running
-    finally:
-        for server in running:
-            server.stop()
 
 
 async def start_at(server: Server, conversation_id: uuid.UUID, session_key: str, ready: asyncio.Barrier) -> StreamClient:
