@@ -29,7 +29,7 @@ from ..exceptions import Conflict, NotFound
 from ..ids import uuid7
 from ..models import Conversation, Message, Run, SupervisionStatus, TurnSupervision
 from ..scope import Scope
-from . import appends
+from .postgres import appends
 from .base import (
     UNSET,
     Page,

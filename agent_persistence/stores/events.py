@@ -22,7 +22,7 @@ from ..conf import app_settings
 from ..exceptions import Conflict, NotFound, Validation
 from ..models import Conversation, Event
 from ..scope import Scope
-from . import appends
+from .postgres import appends
 from .base import (
     bump_counter,
     check_scope,
