@@ -4,7 +4,7 @@
 - paging (offset and keyset pages): :mod:`.paging`;
 - conversation access in SQL (``readable``, ``writable_conversation``): :mod:`.access`;
 - compiled statements and the rows they read: :mod:`.statements`;
-- server-side binding (``execute_bound``, ``Utf8Text``): :mod:`.postgres.binding`;
+- the dialect of a connection (``dialect_for``) and ``execute_bound``, ``Utf8Text``: :mod:`.dialects`;
 - async twins and connection healing: :mod:`.twins`.
 
 The stores, the runtime, the API and the tests import these names from here;
@@ -27,10 +27,9 @@ from .paging import (
     paginate as paginate,
     past_cursor as past_cursor,
 )
-from .postgres.binding import Utf8Text as Utf8Text
-from .postgres.binding import execute_bound as execute_bound
-from .postgres.rows import load_times_natively as load_times_natively
-from .postgres.rows import native_timestamptz_loader as native_timestamptz_loader
+from .dialects import Utf8Text as Utf8Text
+from .dialects import dialect_for as dialect_for
+from .dialects import execute_bound as execute_bound
 from .rules.base import (
     MAX_EPOCH as MAX_EPOCH,
     MAX_OFFSET as MAX_OFFSET,

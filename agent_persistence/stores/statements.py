@@ -5,7 +5,7 @@ A hot listing (a transcript page) is a queryset compiled to SQL once
 (:meth:`Statement.params`); :func:`read_models` runs it through Django's cursor
 and builds the model instances with less work per row than the ORM
 (:func:`instance_builder`). Both backends run them; PostgreSQL's faster time
-loader is :func:`~agent_persistence.stores.postgres.rows.load_times_natively`.
+loader is the dialect's (:meth:`~agent_persistence.stores.dialects.Dialect.load_times_natively`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init, pre_init
 
 from .. import json_policy
-from .postgres.rows import load_times_natively
+from .dialects import dialect_for
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,11 @@ def read_models(model: type[Model], statement: Statement, values: dict[str, Any]
     not matched by column name. The JSON columns are decoded by
     :func:`json_policy.loads` (what ``JSONField`` gives, faster); PostgreSQL's
     times by psycopg's own loader where that gives Django's datetimes
-    (:func:`load_times_natively`); instances are built by :func:`instance_builder`.
+    (the dialect's ``load_times_natively``); instances are built by :func:`instance_builder`.
     """
     database = connections[using]
     with database.cursor() as cursor:
-        load_times_natively(database, cursor)
+        dialect_for(database).load_times_natively(database, cursor)
         cursor.execute(statement.sql, statement.params(values))
         rows = cursor.fetchall()
     attnames = tuple(column.target.attname for column in statement.columns)

@@ -18,7 +18,8 @@ the caller's transaction it runs in a savepoint, so a refused insert
 (``IntegrityError``) rolls back only the append.
 
 SQLite has no data-modifying CTEs: there the stores keep their two-statement
-path in a transaction (:func:`enabled` is False).
+path in a transaction. The stores reach these through the PostgreSQL dialect
+(:class:`.dialect.PostgresDialect`), which runs each in :func:`unit`.
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ READ_TURN = (
 class TurnRows:
     """What :meth:`TurnStore.read_turn` reads, fetched in one statement: the rows the view is made of."""
 
-    conversation: Conversation
+    conversation: Conversation | None  # None: no such conversation (then every other row is None too)
     supervision: TurnSupervision | None
     record: dict[str, Any] | None
     answer: Message | None

@@ -1,31 +1,18 @@
-"""Server-side binding: a statement's parameters sent apart from its text (PostgreSQL), on Django's connection.
+"""Server-side binding on PostgreSQL: a statement's parameters sent apart from its text, on Django's connection.
 
-:func:`execute_bound` runs a statement whose parameters may be large (a
-checkpoint's state, a recording): on PostgreSQL through a psycopg cursor that
-binds server-side, elsewhere through Django's cursor. :class:`Utf8Text` is a
-parameter already encoded as UTF-8, sent as it is.
+What :func:`~agent_persistence.stores.dialects.execute_bound` runs on
+PostgreSQL: a psycopg cursor on Django's connection, so a large parameter (a
+checkpoint's state, a recording) is never inlined as a quoted literal.
+A :class:`~agent_persistence.stores.dialects.Utf8Text` goes as the bytes it holds.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import dataclass
 from typing import Any, Sequence
 
-from django.db import DEFAULT_DB_ALIAS, connections
-
-
-@dataclass(frozen=True, slots=True)
-class Utf8Text:
-    """A parameter of :func:`execute_bound`: text already encoded as UTF-8 (``data``), bound as ``text``.
-
-    On PostgreSQL the bytes are sent as they are (the server checks they are
-    UTF-8), sparing a decode to ``str`` and psycopg's encode back, which cost
-    milliseconds per megabyte of non-ASCII text. Elsewhere the text is decoded.
-    """
-
-    data: bytes
+from ..dialects import Utf8Text
 
 
 @functools.cache
@@ -45,25 +32,14 @@ def _utf8_text_dumper() -> type:
     return Utf8TextDumper
 
 
-def execute_bound(sql: str, params: Sequence[Any], *, db: Any = None) -> list[tuple[Any, ...]]:
-    """Run ``sql`` on the default connection (``db``, its wrapper, when the caller has it) with its
-    parameters sent apart from it; the rows it returns.
+def execute_bound_on_postgresql(db: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on ``db`` through a psycopg cursor binding server-side, its errors raised as Django's; the rows it returns.
 
-    PostgreSQL: a psycopg cursor binding server-side, on Django's connection (so
-    in its transaction and under its ``prepare_threshold``: Django's default
-    prepares nothing by name, which transaction-mode poolers need), its errors
-    raised as Django's. Django's own cursor binds client-side: it would inline
-    a state or a recording of up to ``MAX_STATE_BYTES`` as a quoted literal for
-    the server to parse. Elsewhere, Django's cursor (a :class:`Utf8Text`
-    decoded). A statement that returns no rows (no ``RETURNING``) gives ``[]``.
+    The cursor is on Django's connection, so in its transaction and under its
+    ``prepare_threshold`` (Django's default prepares nothing by name, which
+    transaction-mode poolers need). A statement that returns no rows (no
+    ``RETURNING``) gives ``[]``.
     """
-    if db is None:
-        db = connections[DEFAULT_DB_ALIAS]  # the proxy ``connection`` looks the wrapper up again on every attribute
-    if db.vendor != "postgresql":
-        params = [param.data.decode() if isinstance(param, Utf8Text) else param for param in params]
-        with db.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else []
     import psycopg
 
     db.ensure_connection()

@@ -19,8 +19,8 @@ from django.db import ProgrammingError, connection, transaction
 
 from ...models import AgentCheckpoint, TurnSupervision
 from ...statuses import SupervisionStatus
+from ..dialects import Utf8Text, execute_bound
 from ..fencing import lock_wait_milliseconds
-from .binding import Utf8Text, execute_bound
 
 
 #: The save function of migration 0011 (as 0013 replaced it) and its call (the casts pick the signature whatever psycopg binds).

@@ -1,4 +1,7 @@
-"""Row loaders of PostgreSQL: psycopg's compiled ``timestamptz`` loader where it gives what Django's gives."""
+"""Row loaders of PostgreSQL: psycopg's compiled ``timestamptz`` loader where it gives what Django's gives.
+
+Called by the PostgreSQL dialect only (:meth:`.dialect.PostgresDialect.load_times_natively`).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ def load_times_natively(database: Any, cursor: Any) -> None:
     (psycopg's C extension, when installed) does it several times faster. Any
     other case keeps Django's loader; the change is this cursor's only.
     """
-    if database.vendor != "postgresql" or database.timezone is not dt_timezone.utc:
+    if database.timezone is not dt_timezone.utc:
         return
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
