@@ -19,12 +19,12 @@ from ..exceptions import Fenced
 from ..models import AgentCheckpoint
 from ..scope import Scope
 from .base import lookup_id, parse_id, readable_conversation
+from .dialects import dialect_for
 from .fencing import clean_lease_epoch, fence, fence_many, limit_lock_wait, upsert_unless_newer
 from .postgres import checkpoints as postgres_checkpoints
 from .postgres.checkpoints import (  # re-exported: the save of PostgreSQL moved to agent_persistence/stores/postgres/checkpoints.py
     SAVE_FUNCTION as SAVE_FUNCTION,
     UNDEFINED_FUNCTION as UNDEFINED_FUNCTION,
-    save_on_postgresql,
 )
 from .protocols import CheckpointStoreProtocol
 from .rules.checkpoints import (  # re-exported: these rules moved to agent_persistence/stores/rules/checkpoints.py
@@ -81,9 +81,10 @@ class CheckpointStore(twins_of(CheckpointStoreProtocol)):
             "saved_at": timezone.now(),
         }
         db = connections[DEFAULT_DB_ALIAS]  # once: each attribute of the proxy ``connection`` looks it up again
-        if db.vendor == "postgresql":
-            if not save_on_postgresql(db, pk, encoded, values):
-                raise Fenced(conversation_id=str(pk), epoch=epoch)
+        saved = dialect_for(db).save_checkpoint(db, pk, encoded, values)  # one round trip on PostgreSQL
+        if saved is False:
+            raise Fenced(conversation_id=str(pk), epoch=epoch)
+        if saved:
             return
         values["state"] = encoded.decode()
         with transaction.atomic():
