@@ -68,11 +68,6 @@ APPEND_EVENTS = (
 )
 
 
-def enabled() -> bool:
-    """Whether appends take the one-statement path (PostgreSQL)."""
-    return connection.vendor == "postgresql"
-
-
 def unit() -> ContextManager[Any]:
     """A savepoint inside the caller's transaction; nothing outside one (the statement commits alone)."""
     return transaction.atomic() if connection.in_atomic_block else nullcontext()
