@@ -29,7 +29,6 @@ from ..exceptions import Conflict, NotFound
 from ..ids import uuid7
 from ..models import Conversation, Message, Run, SupervisionStatus, TurnSupervision
 from ..scope import Scope
-from . import appends
 from .base import (
     UNSET,
     Page,
@@ -55,6 +54,7 @@ from .base import (
     writable_conversation,
 )
 from .fencing import lock_turn
+from .dialects import dialect_for
 from .protocols import ConversationStoreProtocol
 from .rules.conversations import (
     ID_TAKEN_MESSAGE,
@@ -486,12 +486,10 @@ class ConversationStore(twins_of(ConversationStoreProtocol)):
         title = clean_text(title, "title", max_length=_max_length(Conversation, "title"), null=True)
         now = timezone.now()
         try:
-            if appends.enabled():
-                # One statement on PostgreSQL; it writes nothing when the general path below must decide.
-                with appends.unit():
-                    row = appends.append_message(scope, pk, message, now)
-                if row is not None:
-                    return row
+            # One statement on PostgreSQL; it writes nothing when the general path below must decide.
+            row = dialect_for().append_message(scope, pk, message, now)
+            if row is not None:
+                return row
             with transaction.atomic():
                 position = claim_conversation(scope, pk, count=1, create=create, agent=agent, title=title, now=now)
                 check_runs(pk, [message.run_id])

@@ -22,7 +22,6 @@ from ..conf import app_settings
 from ..exceptions import Conflict, NotFound, Validation
 from ..models import Conversation, Event
 from ..scope import Scope
-from . import appends
 from .base import (
     bump_counter,
     check_scope,
@@ -35,6 +34,7 @@ from .base import (
     readable_conversation,
     writable_conversation,
 )
+from .dialects import dialect_for
 from .protocols import EventStoreProtocol
 from .rules.events import (  # re-exported: these rules moved to agent_persistence/stores/rules/events.py
     EVENT_KEYS as EVENT_KEYS,
@@ -82,13 +82,11 @@ class EventStore(twins_of(EventStoreProtocol)):
         sets_stop_reason = _has_status_event(batch)
         stop_reason = _stop_reason_after(None, batch)
         try:
-            if appends.enabled():
-                # One statement on PostgreSQL; it writes nothing when the scope does not own the conversation.
-                with appends.unit():
-                    rows = appends.append_events(scope, pk, batch, timezone.now(), stop_reason=stop_reason,
-                                                 sets_stop_reason=sets_stop_reason)
-                if rows is not None:
-                    return rows
+            # One statement on PostgreSQL; it writes nothing when the scope does not own the conversation.
+            rows = dialect_for().append_events(scope, pk, batch, timezone.now(), stop_reason=stop_reason,
+                                               sets_stop_reason=sets_stop_reason)
+            if rows is not None:
+                return rows
             # One transaction, no inner savepoint: a refused insert rolls the counter back with it.
             with transaction.atomic():
                 also = {"event_stop_reason": stop_reason} if sets_stop_reason else {}

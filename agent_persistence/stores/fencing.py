@@ -20,7 +20,7 @@ import uuid
 from datetime import datetime
 from typing import Any, Iterable
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -28,6 +28,7 @@ from ..exceptions import Conflict, Fenced, NotFound
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
 from .base import clean_datetime, execute_bound, lookup_id, writable_conversation
+from .dialects import dialect_for
 from .rules.fencing import (
     clean_entries,
     clean_lease_epoch,
@@ -146,9 +147,8 @@ def limit_lock_wait() -> None:
     instead of holding the process's producer database thread behind a lock
     someone else keeps.
     """
-    if connection.vendor == "postgresql" and connection.in_atomic_block:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL lock_timeout = {lock_wait_milliseconds()}")
+    db = connections[DEFAULT_DB_ALIAS]  # once: each attribute of the proxy ``connection`` looks it up again
+    dialect_for(db).limit_lock_wait(db)
 
 
 def lock_wait_milliseconds() -> int:

@@ -42,10 +42,10 @@ from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
 from ..scope import Scope
 from ..statuses import OPEN_RUN_STATUSES, InterruptStatus, LastTurnStatus, Role, RunStatus, SupervisionStatus, TurnState
-from . import appends
 from .base import bump_counter, can_read, check_scope, check_writable, lookup_id, parse_id
 from .checkpoints import CheckpointStore
 from .conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message, insert_message, message_conflict
+from .dialects import dialect_for
 from .events import EventStore
 from .fencing import LOCK_ATTEMPTS, contended, fence, limit_lock_wait, lock_turn
 from .interrupts import InterruptStore
@@ -213,7 +213,7 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             raise Conflict(ID_TAKEN_MESSAGE, code="message_exists")
         replica = clean_replica(replica)
         run_id = uuid7()
-        if appends.enabled() and (wanted_agent or "") in agents:
+        if (wanted_agent or "") in agents:
             plan = self._begin_in_new_conversation(scope, pk, agent_name=wanted_agent or "", message=user_message,
                                                    message_id=message_id, run_id=run_id, replica=replica)
             if plan is not None:
@@ -257,13 +257,13 @@ class TurnStore(twins_of(TurnStoreProtocol)):
                 finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, PRODUCER_LOST, now)
             epoch = conversation.epoch + 1
             events.append(running_event(message_id, run_id, epoch))
-            if appends.enabled():
-                if not appends.start_in_locked_conversation(
-                    scope, pk, row_epoch=None if row is None else row.epoch, epoch=epoch, agent=agent_name,
-                    message=user_message, message_id=message_id, run_id=run_id, replica=replica, events=events, now=now,
-                ):
-                    raise contended()
-            else:
+            claimed = dialect_for().start_in_locked_conversation(
+                scope, pk, row_epoch=None if row is None else row.epoch, epoch=epoch, agent=agent_name,
+                message=user_message, message_id=message_id, run_id=run_id, replica=replica, events=events, now=now,
+            )
+            if claimed is False:
+                raise contended()
+            if claimed is None:  # no one-statement start on this database: the writes one by one
                 claim(conversation, row, message_id=message_id, run_id=run_id, replica=replica, now=now)
                 position = set_conversation(
                     scope, conversation, messages=1, epoch=epoch, last_turn_status=LastTurnStatus.RUNNING, updated_at=now
@@ -276,18 +276,18 @@ class TurnStore(twins_of(TurnStoreProtocol)):
 
     def _begin_in_new_conversation(self, scope: Scope, pk: uuid.UUID, *, agent_name: str, message: MessageInput,
                                    message_id: uuid.UUID, run_id: uuid.UUID, replica: str) -> TurnPlan | None:
-        """:meth:`begin` when ``pk`` names no conversation yet, in one statement (PostgreSQL); None when one exists.
+        """:meth:`begin` when ``pk`` names no conversation yet, in one statement (PostgreSQL); None when one exists
+        (or the database has no one-statement start: the dialect writes nothing).
 
         Nothing can lock a conversation that does not exist yet, so no lock
         order is at stake; the plan needs no read (no recording, a transcript
         of the one message, no checkpoint).
         """
         try:
-            with appends.unit():
-                stored = appends.start_in_new_conversation(
-                    scope, pk, agent=agent_name, message=message, message_id=message_id, run_id=run_id,
-                    replica=replica, events=[running_event(message_id, run_id, 1)], now=timezone.now(),
-                )
+            stored = dialect_for().start_in_new_conversation(
+                scope, pk, agent=agent_name, message=message, message_id=message_id, run_id=run_id,
+                replica=replica, events=[running_event(message_id, run_id, 1)], now=timezone.now(),
+            )
         except IntegrityError:
             raise message_conflict([message.id]) from None
         if stored is None:
@@ -563,12 +563,11 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         pk = lookup_id(conversation_id)
         if scope is not None:
             check_scope(scope)
-        if appends.enabled():
-            # One statement on PostgreSQL: the conversation, its row, the recording and the answer.
-            rows = appends.read_turn_rows(pk)
-            conversation, row = (None, None) if rows is None else (rows.conversation, rows.supervision)
+        # One statement on PostgreSQL: the conversation, its row, the recording and the answer.
+        rows = dialect_for().read_turn_rows(pk)
+        if rows is not None:
+            conversation, row = rows.conversation, rows.supervision
         else:
-            rows = None
             conversation = None
             if scope is not None:
                 conversation = Conversation.objects.filter(pk=pk).only("tenant", "owner", "shared", "epoch").first()

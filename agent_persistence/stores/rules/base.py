@@ -1,6 +1,6 @@
 """The backend-neutral rules of the base concern: what both store families check and build the same way.
 
-The ORM store (:mod:`agent_persistence.stores.base`) and its in-memory twin
+The ORM stores (:mod:`agent_persistence.stores.base` re-exports these) and their in-memory twins
 import these; nothing here reads or writes a table.
 """
 
@@ -10,13 +10,13 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Sequence, TypeVar
 
 from django.core.serializers.json import DjangoJSONEncoder
 
 from ... import json_policy
 from ...conf import app_settings
-from ...exceptions import NotFound, StorageLimit, Validation
+from ...exceptions import ConversationNotOwned, NotFound, StorageLimit, Validation
 from ...scope import Scope
 
 T = TypeVar("T")
@@ -226,6 +226,20 @@ def clean_epoch(value: Any) -> int | None:
 def can_read(scope: Scope, conversation: Any) -> bool:
     """Whether ``scope`` may read this loaded conversation: its tenant's, and its owner's or shared.
 
-    The ORM stores make the same check in SQL (``agent_persistence.stores.base.readable``).
+    The ORM stores make the same check in SQL (``agent_persistence.stores.access.readable``).
     """
     return conversation.tenant == scope.tenant and (conversation.owner == scope.user or conversation.shared)
+
+
+def check_writable(scope: Scope, conversation: Any) -> Any:
+    """The loaded conversation if ``scope`` owns it; a reader gets 403, anyone else 404, whether or not it exists."""
+    if conversation is None or not can_read(scope, conversation):
+        raise NotFound("No such conversation.")
+    if conversation.owner != scope.user:
+        raise ConversationNotOwned()
+    return conversation
+
+
+def ids_of(values: Sequence[Any], what: str) -> list[uuid.UUID]:
+    """Each of ``values`` as an id, by :func:`lookup_id` (NotFound: "No such <what>.")."""
+    return [lookup_id(value, what) for value in values]
