@@ -58,3 +58,9 @@ def test_build_twine_and_uv_are_in_the_test_extra() -> None:
     """``make venv`` installs what the script runs from the suite's virtualenv."""
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     assert {re.split(r"[<>=\[ ]", requirement)[0] for requirement in extra} >= {"build", "twine", "uv"}
+
+
+def test_the_client_package_carries_the_repositorys_licence() -> None:
+    """npm packs clients/typescript/LICENSE into the tarball (.ci/package checks it is there): the same text as the root's."""
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "clients/typescript/LICENSE").read_text() == (root / "LICENSE").read_text()
