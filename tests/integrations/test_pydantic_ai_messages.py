@@ -311,3 +311,17 @@ def test_scoping_holds_both_ways(alice: Any, bob: Any, mallory: Any) -> None:
     with pytest.raises(NotFound):
         export_model_messages(mallory, conversation_id)
     assert len(conversation_store().list_messages(alice, conversation_id).items) == 9
+
+
+@pytest.mark.django_db
+def test_the_howtos_block_runs_as_pasted_into_a_shell(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/howto/pydantic-ai.md's export/import block, run as it stands: out, a run on it, in, archived and copied."""
+    import re
+    from pathlib import Path
+
+    howto = (Path(__file__).resolve().parents[2] / "docs/howto/pydantic-ai.md").read_text()
+    block = re.search(r"<!-- docs test: tests/integrations/test_pydantic_ai_messages.py -->\n```python\n(.*?)```", howto, re.DOTALL)
+    assert block, "the how-to's marked block is gone"
+    exec(compile(block.group(1), "docs/howto/pydantic-ai.md", "exec"), {"__name__": "__main__"})
+    copied = int(capsys.readouterr().out.split()[0])
+    assert copied == 4  # two runs: a request and a response each
