@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -45,8 +48,13 @@ def test_each_kind_of_test_gets_its_tier_and_no_other() -> None:
     assert sum(len(nodes) for nodes in by_tier.values()) == len(every)  # no test in two tiers
 
 
-def test_a_test_marked_with_the_wrong_tier_is_a_usage_error(tmp_path: Path) -> None:
-    module = ROOT / "tests" / f"test_zz_tier_probe_{tmp_path.name}.py"
+def test_a_test_marked_with_the_wrong_tier_is_a_usage_error() -> None:
+    # The probe lives in a hidden folder of tests/ (pytest never recurses into one), named for this
+    # process, so other runs sharing the checkout (CI's legs run side by side) neither collect it
+    # nor remove it under this one.
+    folder = ROOT / "tests" / f".tier_probe_{os.getpid()}_{uuid.uuid4().hex}"
+    folder.mkdir()
+    module = folder / f"test_tier_probe_{os.getpid()}.py"
     module.write_text("import pytest\n\n\n@pytest.mark.integration\ndef test_probe():\n    pass\n")
     try:
         result = subprocess.run(
@@ -54,7 +62,7 @@ def test_a_test_marked_with_the_wrong_tier_is_a_usage_error(tmp_path: Path) -> N
             cwd=ROOT, capture_output=True, text=True, timeout=120,
         )
     finally:
-        module.unlink()
+        shutil.rmtree(folder, ignore_errors=True)
     assert result.returncode != 0
     assert "is marked integration but is a unit test" in result.stdout + result.stderr
 
