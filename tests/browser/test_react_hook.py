@@ -14,7 +14,6 @@ change.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import subprocess
@@ -27,9 +26,9 @@ import pytest
 from tests.browser.cdp import Chromium, Tab, chromium_path
 from tests.browser.servers import example_server
 from tests.browser.test_demo import ANSWER, COPIES, COUNT_COPIES, INTRO_MARKER, OUTRO_MARKER, session_cookie
+from tests.npm import npm_ci
 
 PAGE = Path(__file__).resolve().parent / "react_hook"
-STAMP = PAGE / "node_modules" / ".agent_persistence_lock_sha256"
 
 pytestmark = pytest.mark.skipif(
     chromium_path() is None and not os.environ.get("CI"), reason="Chromium is not installed (apt-get install chromium)"
@@ -44,10 +43,7 @@ def node(*command: str, timeout: float) -> None:
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The page, bundled: ``npm ci`` (when node_modules is missing or stale against the lockfile), then ``build.mjs``."""
-    digest = hashlib.sha256((PAGE / "package-lock.json").read_bytes()).hexdigest()
-    if not (STAMP.exists() and STAMP.read_text() == digest):
-        node("npm", "ci", "--no-audit", "--no-fund", timeout=600)
-        STAMP.write_text(digest)
+    npm_ci(PAGE)
     out = tmp_path_factory.mktemp("react-hook-page")
     node("node", "build.mjs", str(out), timeout=300)
     return out

@@ -12,7 +12,6 @@ set), where Node is part of the machine and its absence is a failure.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -21,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.npm import npm_ci
+
 PACKAGE = Path(__file__).resolve().parent / "agui"
-STAMP = PACKAGE / "node_modules" / ".agent_persistence_lock_sha256"
 HAVE_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 
 pytestmark = pytest.mark.skipif(not HAVE_NODE and not os.environ.get("CI"), reason="Node.js (node, npm) is not installed")
@@ -38,12 +38,7 @@ def run(*command: str, timeout: float) -> subprocess.CompletedProcess[str]:
 def installed() -> None:
     """``npm ci`` when node_modules is missing or stale against the lockfile."""
     assert HAVE_NODE, "CI runs the AG-UI client tests: Node.js (node, npm) must be installed"
-    digest = hashlib.sha256((PACKAGE / "package-lock.json").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == digest:
-        return
-    result = run("npm", "ci", "--no-audit", "--no-fund", timeout=600)
-    assert result.returncode == 0, f"npm ci failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    STAMP.write_text(digest)
+    npm_ci(PACKAGE)
 
 
 @pytest.mark.timeout(400)

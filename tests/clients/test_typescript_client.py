@@ -9,7 +9,6 @@ interpreter; PostgreSQL when ``DATABASE_URL`` is set, Redis when
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -18,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.npm import npm_ci
+
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "clients" / "typescript"
-STAMP = PACKAGE / "node_modules" / ".agent_persistence_lock_sha256"
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None or shutil.which("npm") is None, reason="Node.js (node, npm) is not installed")
 
@@ -32,12 +32,7 @@ def run(*command: str, timeout: float) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def installed() -> None:
     """``npm ci`` when node_modules is missing or stale against the lockfile."""
-    digest = hashlib.sha256((PACKAGE / "package-lock.json").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == digest:
-        return
-    result = run("npm", "ci", "--no-audit", "--no-fund", timeout=600)
-    assert result.returncode == 0, f"npm ci failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    STAMP.write_text(digest)
+    npm_ci(PACKAGE)
 
 
 @pytest.mark.timeout(180)
