@@ -32,7 +32,7 @@ ROUND_TIMEOUT = 600.0
 
 @dataclass(frozen=True)
 class AppendTask:
-    """One round for one worker: ``appends`` events, one per call, through ``kind`` ("store" or "raw")."""
+    """One round for one worker: ``appends`` events, one per call, through ``kind`` ("store", "raw" or "raw1")."""
 
     kind: str
     scope: Scope
@@ -65,6 +65,13 @@ def _appender(kind: str) -> Callable[[AppendTask], None]:
 
     connection = connect(os.environ[BENCH_DATABASE_ENV], autocommit=True)
 
+    if kind == "raw1":
+
+        def append_one_statement(task: AppendTask) -> None:
+            raw.append_event_one_statement(connection, task.scope, task.conversation_id, type=EVENT_TYPE, data=EVENT_DATA)
+
+        return append_one_statement
+
     def append_raw(task: AppendTask) -> None:
         raw.append_event(connection, task.scope, task.conversation_id, type=EVENT_TYPE, data=EVENT_DATA)
 
@@ -78,7 +85,7 @@ def _serve(barrier: Barrier, tasks: Queue, reports: Queue) -> None:
     from django.db import connection
 
     connection.ensure_connection()
-    appenders = {kind: _appender(kind) for kind in ("store", "raw")}
+    appenders = {kind: _appender(kind) for kind in ("store", "raw", "raw1")}
     while (task := tasks.get()) is not None:
         append = appenders[task.kind]
         barrier.wait(ROUND_TIMEOUT)

@@ -4,6 +4,12 @@ Each function does the work of one store call with the fewest plain statements
 that give the same result, on an autocommit connection (writes open their own
 transaction), using psycopg's defaults (server-side binding, statements
 prepared after a few executions).
+
+The ``*_one_statement`` functions are the second baseline of each write: the
+fewest round trips physically possible, one statement in autocommit (a CTE
+that claims the position or sequence number under the row lock and inserts
+with it), so one round trip and one commit per call. Nothing can do the same
+work with less, so its ratio says how far a store call is from the limit.
 """
 
 from __future__ import annotations
@@ -65,6 +71,29 @@ INSERT_EVENT = """
 INSERT INTO agent_persistence_event (conversation_id, seq, type, data, run_id, created_at)
 VALUES (%s, %s, %s, %s, NULL, %s)
 """
+# One statement each: claim under the conversation's row lock and insert, one round trip, one commit.
+APPEND_MESSAGE_ONE_STATEMENT = f"""
+WITH claimed AS (
+    UPDATE agent_persistence_conversation SET next_position = next_position + 1, updated_at = %(at)s
+    WHERE id = %(conversation)s AND tenant = %(tenant)s AND owner = %(user)s
+    RETURNING next_position - 1 AS position
+)
+INSERT INTO agent_persistence_message ({MESSAGE_COLUMNS})
+SELECT %(id)s, %(conversation)s, claimed.position, %(role)s, %(content)s, NULL, NULL, NULL, NULL, '{{}}', NULL, NULL,
+       %(at)s, %(at)s
+FROM claimed
+RETURNING position
+"""
+APPEND_EVENT_ONE_STATEMENT = """
+WITH claimed AS (
+    UPDATE agent_persistence_conversation SET last_event_seq = last_event_seq + 1
+    WHERE id = %(conversation)s AND tenant = %(tenant)s AND owner = %(user)s
+    RETURNING last_event_seq AS seq
+)
+INSERT INTO agent_persistence_event (conversation_id, seq, type, data, run_id, created_at)
+SELECT %(conversation)s, claimed.seq, %(type)s, %(data)s, NULL, %(at)s FROM claimed
+RETURNING seq
+"""
 
 
 def now() -> datetime:
@@ -81,6 +110,19 @@ def append_message(
         if row is None:
             raise LookupError("No such conversation.")
         connection.execute(INSERT_MESSAGE, [uuid7(), conversation_id, row[0], role, Jsonb(content), at, at])
+
+
+def append_message_one_statement(
+    connection: psycopg.Connection, scope: Scope, conversation_id: uuid.UUID, *, role: str, content: Any
+) -> None:
+    """The same append in one statement on an autocommit connection: one round trip, one commit."""
+    at = now()
+    row = connection.execute(APPEND_MESSAGE_ONE_STATEMENT, {
+        "at": at, "conversation": conversation_id, "tenant": scope.tenant, "user": scope.user,
+        "id": uuid7(), "role": role, "content": Jsonb(content),
+    }).fetchone()
+    if row is None:
+        raise LookupError("No such conversation.")
 
 
 def read_page_counted(
@@ -119,4 +161,17 @@ def append_event(
         if row is None:
             raise LookupError("No such conversation.")
         connection.execute(INSERT_EVENT, [conversation_id, row[0], type, Jsonb(data), now()])
+    return row[0]
+
+
+def append_event_one_statement(
+    connection: psycopg.Connection, scope: Scope, conversation_id: uuid.UUID, *, type: str, data: dict[str, Any]
+) -> int:
+    """The same event append in one statement on an autocommit connection: one round trip, one commit."""
+    row = connection.execute(APPEND_EVENT_ONE_STATEMENT, {
+        "conversation": conversation_id, "tenant": scope.tenant, "user": scope.user,
+        "type": type, "data": Jsonb(data), "at": now(),
+    }).fetchone()
+    if row is None:
+        raise LookupError("No such conversation.")
     return row[0]

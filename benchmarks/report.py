@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -11,6 +13,8 @@ import django
 import psycopg
 
 SERVER_SETTINGS = ("server_version", "shared_buffers", "synchronous_commit", "fsync", "max_connections")
+#: Calls of each probe of the commit-cost line.
+COMMIT_PROBES = 200
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,34 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def commit_cost(connection: psycopg.Connection) -> str:
+    """The machine's floor for one write: a round trip, and a commit that must reach the disk.
+
+    On a connection of its own in autocommit: ``SELECT 1`` is one round trip with no commit
+    work; ``SELECT pg_current_xact_id()`` takes a transaction id, so its commit writes and
+    flushes a WAL record as any write's does, with nothing else to do. Figures from two
+    machines compare only through these: a one-statement append costs about one of the second.
+    """
+    samples: dict[str, list[float]] = {}
+    with psycopg.connect(connection.info.dsn, autocommit=True) as probe:
+        for name, sql in (("round trip", "SELECT 1"), ("commit", "SELECT pg_current_xact_id()")):
+            for _ in range(20):
+                probe.execute(sql).fetchone()
+            timings = []
+            for _ in range(COMMIT_PROBES):
+                started = time.perf_counter()
+                probe.execute(sql).fetchone()
+                timings.append(time.perf_counter() - started)
+            samples[name] = timings
+    trip, commit = (statistics.median(samples[name]) * 1000 for name in ("round trip", "commit"))
+    return (
+        f"round trip (SELECT 1) p50 {trip:.3f} ms; no-op commit with its WAL flush "
+        f"(SELECT pg_current_xact_id(), autocommit) p50 {commit:.3f} ms; medians of {COMMIT_PROBES}"
+    )
+
+
 def machine_facts(connection: psycopg.Connection) -> list[tuple[str, str]]:
-    """Cores, load, versions and the PostgreSQL settings that move write figures most."""
+    """Cores, load, versions, the PostgreSQL settings that move write figures most, and the cost of a commit."""
     server = {name: connection.execute(f"SHOW {name}").fetchone()[0] for name in SERVER_SETTINGS}
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     return [
@@ -52,6 +82,7 @@ def machine_facts(connection: psycopg.Connection) -> list[tuple[str, str]]:
             f"shared_buffers={server['shared_buffers']} synchronous_commit={server['synchronous_commit']} "
             f"fsync={server['fsync']} max_connections={server['max_connections']}",
         ),
+        ("commit cost", commit_cost(connection)),
         ("python", f"{platform.python_version()}, Django {django.get_version()}, psycopg {psycopg.__version__}"),
     ]
 

@@ -44,7 +44,8 @@ from .trace import django_pgconn, format_statements, statements_of
 READER = Scope(BENCH_TENANT, BENCH_USER)
 #: The write figures work in their own tenant, whose conversations are deleted after the run.
 WRITER = Scope("bench-writes", BENCH_USER)
-KINDS = ("store", "raw")
+#: The store, the plain-statements raw baseline, and the one-statement raw baseline of the writes.
+KINDS = ("store", "raw", "raw1")
 MESSAGE_TEXT = "Here is what I found in the documents you shared. " * 4
 
 
@@ -176,8 +177,8 @@ def check_seqs(connection: psycopg.Connection, conversation_id: uuid.UUID, expec
         raise AssertionError(f"Seqs wrong: (count, distinct, min, max, counter) = {found}, {expected} appended.")
 
 
-def alternating(repeat: int) -> tuple[str, ...]:
-    return KINDS if repeat % 2 == 0 else KINDS[::-1]
+def alternating(repeat: int, kinds: tuple[str, ...] = KINDS) -> tuple[str, ...]:
+    return kinds if repeat % 2 == 0 else kinds[::-1]
 
 
 def milliseconds(seconds: float) -> float:
@@ -195,6 +196,23 @@ def latency_rows(store: Rounds, baseline: Rounds) -> list[Row]:
     ]
 
 
+ONE_STATEMENT = "   vs one-statement raw (1 round trip, 1 commit):"
+
+
+def write_rows(label: str, unit: str, results: dict[str, Rounds]) -> list[Row]:
+    """A write figure against both raw baselines: the plain statements, then the one statement."""
+    store, plain, one = results["store"], results["raw"], results["raw1"]
+    return (
+        [Row(label, unit, store.median_rate, plain.median_rate)]
+        + latency_rows(store, plain)
+        + [
+            Row(f"{ONE_STATEMENT} {unit}", unit, store.median_rate, one.median_rate),
+            latency_row(f"{ONE_STATEMENT} p50", store, one, 0.5),
+            latency_row(f"{ONE_STATEMENT} p99", store, one, 0.99),
+        ]
+    )
+
+
 # -- figure 1: message appends -----------------------------------------------------------------
 
 
@@ -208,6 +226,15 @@ def message_appender(kind: str, connection: psycopg.Connection, conversation_id:
             store.append_message(WRITER, conversation_id, role=role_of(index), content=message_content(index))
 
         return append_through_store
+
+    if kind == "raw1":
+
+        def append_one_statement(index: int) -> None:
+            raw.append_message_one_statement(
+                connection, WRITER, conversation_id, role=role_of(index), content=message_content(index)
+            )
+
+        return append_one_statement
 
     def append_raw(index: int) -> None:
         raw.append_message(connection, WRITER, conversation_id, role=role_of(index), content=message_content(index))
@@ -238,9 +265,8 @@ def bench_message_appends(sizes: Sizes, connection: psycopg.Connection) -> list[
         for kind in alternating(repeat):
             progress(f"  message appends, {kind}, round {repeat + 1}/{sizes.repeats}")
             results[kind].add(message_append_round(kind, connection, sizes.message_appends))
-    store, baseline = results["store"], results["raw"]
     label = f"1. message append ({sizes.message_appends:,} sequential, 1 conversation)"
-    return [Row(label, "appends/s", store.median_rate, baseline.median_rate)] + latency_rows(store, baseline)
+    return write_rows(label, "appends/s", results)
 
 
 # -- figure 2: cursor page reads ---------------------------------------------------------------
@@ -288,13 +314,13 @@ def page_reader(kind: str, connection: psycopg.Connection, seeded: Seeded, limit
 
 def bench_page_reads(sizes: Sizes, seeded: Seeded, connection: psycopg.Connection) -> list[Row]:
     cursors = random_cursors(connection, seeded, sizes)
-    kinds = KINDS + ("keyset",)
+    kinds = ("store", "raw", "keyset")
     readers = {kind: page_reader(kind, connection, seeded, sizes.page_size) for kind in kinds}
     for kind in kinds:
         time_each(readers[kind], cursors[: sizes.warmup])
     results = {kind: Rounds() for kind in kinds}
     for repeat in range(sizes.repeats):
-        for kind in alternating(repeat) + ("keyset",):
+        for kind in alternating(repeat, ("store", "raw")) + ("keyset",):
             progress(f"  page reads, {kind}, round {repeat + 1}/{sizes.repeats}")
             results[kind].add(time_each(readers[kind], cursors))
     store, counted, keyset = results["store"], results["raw"], results["keyset"]
@@ -341,10 +367,8 @@ def bench_event_appends(sizes: Sizes, connection: psycopg.Connection) -> list[Ro
         (sizes.concurrency, sizes.event_appends_each, f"{sizes.concurrency} appender processes"),
     ):
         results = event_rounds(sizes, connection, appenders, appends_each)
-        store, baseline = results["store"], results["raw"]
         label = f"3. event append, {who} ({appenders * appends_each:,} events, 1 per call)"
-        rows.append(Row(label, "events/s", store.median_rate, baseline.median_rate))
-        rows += latency_rows(store, baseline)
+        rows += write_rows(label, "events/s", results)
     return rows
 
 
@@ -366,10 +390,14 @@ def append_statements(sizes: Sizes) -> str:
                 WRITER, conversation_id, role="user", content=message_content(0))),
             "raw": statements_of(fresh.pgconn, lambda: raw.append_message(
                 fresh, WRITER, conversation_id, role="user", content=message_content(1))),
+            "raw, one statement": statements_of(fresh.pgconn, lambda: raw.append_message_one_statement(
+                fresh, WRITER, conversation_id, role="user", content=message_content(2))),
         }
         events = {
             "store": statements_of(django_pgconn(), lambda: event_store().append(WRITER, conversation_id, EVENTS)),
             "raw": statements_of(fresh.pgconn, lambda: raw.append_event(
+                fresh, WRITER, conversation_id, type=EVENT_TYPE, data=EVENT_DATA)),
+            "raw, one statement": statements_of(fresh.pgconn, lambda: raw.append_event_one_statement(
                 fresh, WRITER, conversation_id, type=EVENT_TYPE, data=EVENT_DATA)),
         }
     return "\n\n".join([
