@@ -5,7 +5,8 @@ The server (``tests/realtime/memory_server_settings.py``) runs on
 database backend, so any ORM query it made would raise. Over real HTTP and
 websockets a client is issued tickets (``POST ws-ticket/``), opens sockets
 with them, starts a turn in a new conversation, follows it from a second
-socket, and gets the whole answer on both; a spent ticket is refused (4403)
+socket, and gets the whole answer on both, then a second turn the sockets
+switch to (re-checking access); a spent ticket is refused (4403)
 and a conversation of another user reads as absent (404), both decided by
 the memory family's stores; the access sweep re-reads the followed
 conversations (``readable_ids``) every 0.1 s meanwhile.
@@ -93,10 +94,18 @@ async def test_a_turn_is_started_followed_and_answered_whole_with_no_database(se
             following = StreamClient()
             await send(follower, following.attach_frame())
             await receive(follower, following, until="final")
-        await receive(starter, starting, until="final")
-    for client in (starting, following):
-        assert client.final_text == ANSWER and client.text == ANSWER and not client.errors, client.frames[-3:]
-    assert following.message_id == starting.message_id
+            await receive(starter, starting, until="final")
+            first = starting.message_id
+            assert following.message_id == first
+            for client in (starting, following):
+                assert client.final_text == ANSWER and client.text == ANSWER and not client.errors, client.frames[-3:]
+
+            # A second turn: both sockets switch to a turn they have not seen (access re-checked) and get it whole.
+            await send(starter, {"type": "start", "content": "again", "agent": "scripted"})
+            for socket, client in ((starter, starting), (follower, following)):
+                await receive(socket, client, until="final")
+                assert client.message_id != first and client.final_text == ANSWER and client.text == ANSWER, client.frames[-3:]
+                assert not client.errors, client.errors
 
     # Both tickets were spent by the memory ticket store: presented again, each is refused.
     assert await close_code(server, conversation_id, starter_ticket) == 4403
