@@ -1155,13 +1155,7 @@ class TicketStoreProtocol(Protocol):
     """
 
     def issue(
-        self,
-        scope: Scope,
-        *,
-        conversation_id: Any = None,
-        account: str = "",
-        ttl: float,
-        per_minute: int | None = None,
+        self, scope: Scope, *, conversation_id: Any = None, account: str = "", ttl: float, per_minute: int | None = None,
         now: datetime | None = None,
     ) -> WebsocketTicket:
         """A new ticket for ``scope``, expiring ``ttl`` seconds from ``now``, opening only ``conversation_id`` when given.

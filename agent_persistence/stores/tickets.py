@@ -26,13 +26,7 @@ class TicketStore(twins_of(TicketStoreProtocol)):
     """Issue, redeem and purge websocket tickets in the ``WebsocketTicket`` table."""
 
     def issue(
-        self,
-        scope: Scope,
-        *,
-        conversation_id: Any = None,
-        account: str = "",
-        ttl: float,
-        per_minute: int | None = None,
+        self, scope: Scope, *, conversation_id: Any = None, account: str = "", ttl: float, per_minute: int | None = None,
         now: datetime | None = None,
     ) -> WebsocketTicket:
         target, now = clean_issue(scope, conversation_id, now)

@@ -23,13 +23,7 @@ class MemoryTicketStore(twins_of(TicketStoreProtocol)):
         self.db = database or DEFAULT_DATABASE
 
     def issue(
-        self,
-        scope: Scope,
-        *,
-        conversation_id: Any = None,
-        account: str = "",
-        ttl: float,
-        per_minute: int | None = None,
+        self, scope: Scope, *, conversation_id: Any = None, account: str = "", ttl: float, per_minute: int | None = None,
         now: datetime | None = None,
     ) -> WebsocketTicket:
         target, now = clean_issue(scope, conversation_id, now)
