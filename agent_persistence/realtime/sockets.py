@@ -11,8 +11,8 @@ One :class:`Sockets` per event loop (the server's), like the relay:
   ``WEBSOCKET_ACCESS_CHECK_INTERVAL`` seconds one task reads, for every
   conversation followed here, whether its sockets' users may still read it
   (:func:`readable_pairs`, the conversation store's ``readable_ids``: each
-  conversation read once, whatever the number of sockets or users) and closes with 4404 the sockets that may not,
-  so unsharing or deleting a conversation ends its readers' sockets within
+  conversation read once, whatever the number of sockets or users) and
+  closes with 4404 the sockets that may not, so unsharing or deleting a conversation ends its readers' sockets within
   one interval, including idle sockets that never read the turn.
 """
 
@@ -33,6 +33,7 @@ from ..scope import Scope
 from ..stores import conversation_store
 
 logger = logging.getLogger(__name__)
+
 
 class OpenSocket(Protocol):
     """What the registry needs of a consumer."""
