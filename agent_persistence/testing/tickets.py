@@ -154,7 +154,7 @@ class TicketStoreContract(FamilyContract):
         """Two threads present the same ticket at the same instant, over ten rounds: one gets it, the other None."""
         for _ in range(10):
             issued = store.issue(ALICE, ttl=TTL)
-            results = run_in_threads(2, lambda worker: store.redeem(issued.pk, None))
+            results = run_in_threads(2, lambda worker, ticket=issued: store.redeem(ticket.pk, None))
             assert_no_errors(results)
             assert sorted(result is not None for result in results) == [False, True]
             assert [result.pk for result in results if result is not None] == [issued.pk]
