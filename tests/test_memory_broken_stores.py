@@ -22,10 +22,13 @@ from agent_persistence.stores.base import lookup_id, parse_id
 from agent_persistence.stores.conversations import clean_conversation_changes, clean_version
 from agent_persistence.stores.memory.conversations import MemoryConversationStore
 from agent_persistence.stores.memory.supervision import MemorySupervisionStore
+from agent_persistence.stores.memory.tickets import MemoryTicketStore
+from agent_persistence.stores.rules.tickets import opens, target_of
 from agent_persistence.stores.supervision import RUNNING, is_dead, occupant_of
 from agent_persistence.testing.conversations import ConversationStoreContract
 from agent_persistence.testing.family import Stores, memory_stores
 from agent_persistence.testing.supervision import SupervisionStoreContract
+from agent_persistence.testing.tickets import TicketStoreContract
 
 ATTEMPTS = 3
 
@@ -67,6 +70,21 @@ class UnlockedSupervisionStore(MemorySupervisionStore):
         return self._take(pk, row, values, now)
 
 
+class UnlockedTicketStore(MemoryTicketStore):
+    """``redeem`` reads the ticket unspent, yields, then spends it: two sockets can both be admitted."""
+
+    def redeem(self, ticket_id: Any, conversation_id: Any = None, *, now: Any = None) -> Any:
+        now = now or timezone.now()
+        ticket = self.db.tickets.get(target_of(ticket_id))
+        if ticket is None or ticket.spent_at is not None or ticket.expires_at <= now:
+            return None
+        if not opens(ticket.conversation_id, target_of(conversation_id)):
+            return None
+        time.sleep(0.001)
+        ticket.spent_at = now
+        return ticket
+
+
 def broken_family(**stores: Any) -> Stores:
     family = memory_stores()
     for name, store_class in stores.items():
@@ -94,6 +112,13 @@ def test_an_unlocked_claim_loses_the_twenty_claims_race(attempt: int) -> None:
         contract.test_of_twenty_concurrent_claims_exactly_one_wins_every_round(contract.family.supervision)
 
 
+@pytest.mark.parametrize("attempt", range(ATTEMPTS))
+def test_an_unlocked_redeem_admits_both_of_two_sockets(attempt: int) -> None:
+    contract = contract_with(TicketStoreContract, broken_family(tickets=UnlockedTicketStore))
+    with pytest.raises(AssertionError):
+        contract.test_two_threads_redeeming_one_ticket_at_once_admit_exactly_one(contract.family.tickets)
+
+
 def test_the_same_races_pass_on_the_locked_memory_stores() -> None:
     """The control: the real memory stores, same harness, win every round."""
     family = memory_stores()
@@ -103,3 +128,4 @@ def test_the_same_races_pass_on_the_locked_memory_stores() -> None:
     contract_with(SupervisionStoreContract, family).test_of_twenty_concurrent_claims_exactly_one_wins_every_round(
         family.supervision
     )
+    contract_with(TicketStoreContract, family).test_two_threads_redeeming_one_ticket_at_once_admit_exactly_one(family.tickets)

@@ -22,6 +22,7 @@ from agent_persistence.testing.recordings import RecordingStoreContract
 from agent_persistence.testing.runs import RunStoreContract
 from agent_persistence.testing.supervision import SupervisionStoreContract
 from agent_persistence.testing.tasks import TaskStoreContract
+from agent_persistence.testing.tickets import TicketStoreContract
 from agent_persistence.testing.turns import TurnStoreContract
 
 
@@ -78,4 +79,8 @@ class TestMemoryFileStore(MemoryFamily, FileStoreContract):
 
 
 class TestMemoryTurnStore(MemoryFamily, TurnStoreContract):
+    pass
+
+
+class TestMemoryTicketStore(MemoryFamily, TicketStoreContract):
     pass

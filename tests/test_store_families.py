@@ -7,6 +7,7 @@ refuses too.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -17,9 +18,10 @@ from django.test import override_settings
 from agent_persistence import stores as accessors
 from agent_persistence.checks import check_deprecated_store_keys, check_memory_stores, check_store_families, store_family
 from agent_persistence.stores.conversations import ConversationStore
-from agent_persistence.stores.family import SLOTS, FamilyError, Stores, family_builder
+from agent_persistence.stores.family import SLOT_BY_SETTING, SLOTS, FamilyError, Stores, family_builder
 from agent_persistence.stores.memory import MEMORY_STORES, reset_memory_stores
 from agent_persistence.stores.memory.database import DEFAULT_DATABASE
+from agent_persistence.stores.memory.family import stores as memory_family
 from agent_persistence.stores.turns import TurnStore
 
 MEMORY = "agent_persistence.stores.memory.family"
@@ -30,6 +32,7 @@ ACCESSORS = {
     "activities": accessors.activity_store, "artifacts": accessors.artifact_store,
     "generations": accessors.generation_run_store, "leases": accessors.lease_store, "files": accessors.file_store,
     "tasks": accessors.task_store, "blobs": accessors.blob_store, "metadata": accessors.metadata_store,
+    "tickets": accessors.ticket_store,
 }
 
 
@@ -173,3 +176,20 @@ def test_the_activity_store_is_swapped_with_the_turn_family(settings: Any) -> No
 
 def test_the_shipped_test_settings_pass_every_store_check() -> None:
     assert [m.id for m in run_checks() if m.id in {"agent_persistence.E011", "agent_persistence.W004"}] == []
+
+
+def test_a_family_written_before_the_ticket_slot_gets_the_orm_ticket_store(settings: Any) -> None:
+    """A ``Stores`` that names no ``tickets`` passes E011, and its accessor serves the ORM ticket store, as before the slot."""
+    from agent_persistence.stores.tickets import TicketStore
+
+    configured(settings, STORES="tests.pre_ticket_family")
+    assert ids(check_store_families()) == []
+    assert type(accessors.ticket_store()) is TicketStore
+    assert type(dataclasses.replace(memory_family(), tickets=None).tickets) is TicketStore
+
+
+def test_the_ticket_slot_has_no_deprecated_key() -> None:
+    """The ticket store became a slot after STORES: no ``TICKET_STORE`` key chooses it alone."""
+    (slot,) = [slot for slot in SLOTS if slot.name == "tickets"]
+    assert slot.setting is None and slot.alone
+    assert "TICKET_STORE" not in SLOT_BY_SETTING

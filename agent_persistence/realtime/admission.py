@@ -17,17 +17,19 @@ import uuid
 from typing import Any
 
 from ..exceptions import NotFound
-from ..models import Conversation
 from ..scope import Scope
-from ..stores.base import lookup_id, readable_conversation
+from ..stores import conversation_store, turn_store
+from ..stores.rules.base import lookup_id
 
 
 def conversation_to_open(scope: Scope, conversation_id: Any) -> tuple[uuid.UUID, bool]:
     """The conversation's id and whether it exists; NotFound when it is another's or ``conversation_id`` is no UUID."""
     try:
-        return readable_conversation(scope, conversation_id).pk, True
-    except NotFound:
+        return conversation_store().get(scope, conversation_id).pk, True
+    except NotFound as refused:
         pk = lookup_id(conversation_id)  # NotFound for a value that is no UUID (NUL, lone surrogate, too long...)
-        if Conversation.objects.filter(pk=pk).exists():
-            raise  # someone else's: it reads as absent, and a start in it would be refused
-        return pk, False
+        try:
+            turn_store().scope_of(pk)
+        except NotFound:
+            return pk, False
+        raise refused from None  # someone else's: it reads as absent, and a start in it would be refused

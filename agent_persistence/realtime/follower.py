@@ -48,9 +48,8 @@ from django.db import close_old_connections
 from ..conf import app_settings
 from ..exceptions import NotFound
 from ..scope import Scope
-from ..stores import activity_store, turn_store
-from ..stores.activities import activity_as_json
-from ..stores.base import readable_conversation
+from ..stores import activity_store, conversation_store, turn_store
+from ..stores.rules.activities import activity_as_json
 from ..stores.protocols import TurnView
 from ..runtime.lifecycle import ensure_reaper
 from .delivery import Payload, hub
@@ -104,7 +103,7 @@ def _read_turn_closing(scope: Scope, conversation_id: uuid.UUID) -> TurnView:
 
 def check_readable(scope: Scope, conversation_id: uuid.UUID) -> None:
     """NotFound unless ``scope`` may read the conversation now (the stores' read check)."""
-    readable_conversation(scope, conversation_id)
+    conversation_store().get(scope, conversation_id)
 
 
 def _read_turn_checked(scope: Scope, conversation_id: uuid.UUID) -> TurnView:

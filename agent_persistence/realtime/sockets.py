@@ -10,9 +10,9 @@ One :class:`Sockets` per event loop (the server's), like the relay:
 - **The access sweep.** While sockets are open, every
   ``WEBSOCKET_ACCESS_CHECK_INTERVAL`` seconds one task reads, for every
   conversation followed here, whether its sockets' users may still read it
-  (:func:`readable_pairs`: one query per 500 conversations, whatever the
-  number of sockets or users) and closes with 4404 the sockets that may not,
-  so unsharing or deleting a conversation ends its readers' sockets within
+  (:func:`readable_pairs`, the conversation store's ``readable_ids``: each
+  conversation read once, whatever the number of sockets or users) and
+  closes with 4404 the sockets that may not, so unsharing or deleting a conversation ends its readers' sockets within
   one interval, including idle sockets that never read the turn.
 """
 
@@ -29,14 +29,10 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from ..conf import app_settings
-from ..models import Conversation
 from ..scope import Scope
-from ..stores.base import can_read
+from ..stores import conversation_store
 
 logger = logging.getLogger(__name__)
-
-#: Conversations read by one query of the sweep.
-SWEEP_CHUNK = 500
 
 
 class OpenSocket(Protocol):
@@ -116,22 +112,12 @@ class Sockets:
 def readable_pairs(pairs: Iterable[tuple[Scope, uuid.UUID]]) -> set[tuple[Scope, uuid.UUID]]:
     """The ``(scope, conversation id)`` pairs whose scope may read the conversation now.
 
-    Reads each conversation once (tenant, owner, shared), in chunks of
-    :data:`SWEEP_CHUNK`, and applies the stores' read rule to every pair.
+    The configured family's :meth:`readable_ids
+    <agent_persistence.stores.protocols.ConversationStoreProtocol.readable_ids>`:
+    each conversation read once (the ORM store: one query per 500), the stores'
+    read rule applied to every pair.
     """
-    pairs = set(pairs)
-    ids = sorted({conversation_id for _, conversation_id in pairs})
-    conversations: dict[uuid.UUID, Conversation] = {}
-    for start in range(0, len(ids), SWEEP_CHUNK):
-        chunk = ids[start : start + SWEEP_CHUNK]
-        conversations.update(
-            (conversation.pk, conversation)
-            for conversation in Conversation.objects.filter(pk__in=chunk).only("tenant", "owner", "shared")
-        )
-    return {
-        (scope, conversation_id) for scope, conversation_id in pairs
-        if conversation_id in conversations and can_read(scope, conversations[conversation_id])
-    }
+    return conversation_store().readable_ids(pairs)
 
 
 def _readable_pairs_closing(pairs: Iterable[tuple[Scope, uuid.UUID]]) -> set[tuple[Scope, uuid.UUID]]:

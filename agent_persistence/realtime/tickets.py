@@ -6,9 +6,11 @@ or ``POST conversations/<id>/ws-ticket/`` (that conversation only) for a
 ticket, and opens the socket with ``?ticket=<ticket>``. Scripts, mobile apps
 and servers so authenticate a socket without a session cookie.
 
-- **Bound.** The ticket is the id of a :class:`~agent_persistence.models.WebsocketTicket`
-  row holding the scope (tenant, user) it was issued to and, optionally, its
-  conversation; the socket acts for that scope. The string carries no user id.
+- **Bound.** The ticket is the id of a ticket of the configured family's
+  ticket store (:func:`~agent_persistence.stores.ticket_store`; the ORM one keeps
+  a :class:`~agent_persistence.models.WebsocketTicket` row) holding the scope
+  (tenant, user) it was issued to and, optionally, its conversation; the socket
+  acts for that scope. The string carries no user id.
 - **Signed.** The id is signed with Django's ``Signer`` (``SECRET_KEY``, its own
   salt), so a forged or altered ticket is refused without a query.
 - **Short-lived and single-use.** ``WS_TICKET_TTL`` seconds (default 60), and
@@ -21,7 +23,7 @@ and servers so authenticate a socket without a session cookie.
   deactivated or deleted since is refused when it is spent, as Django's own
   authentication refuses an inactive user's session.
 - **Capped.** One scope is issued at most ``WS_TICKETS_PER_MINUTE`` tickets in
-  any 60 seconds (counted from the tickets table, so across replicas); the
+  any 60 seconds (counted by the ticket store, so across replicas on a shared database); the
   next is :class:`~agent_persistence.exceptions.TooManyRequests`
   (``too_many_tickets``, 429 with ``Retry-After``).
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -41,16 +43,13 @@ from django.contrib.auth import get_user_model
 from django.core import signing
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db.models import Q
-from django.utils import timezone
 
 from ..conf import app_settings
-from ..exceptions import TooManyRequests
-from ..models import WebsocketTicket
 from ..scope import Scope
+from ..stores import ticket_store
+from ..stores.rules.tickets import CAP_WINDOW as CAP_WINDOW  # the window of WS_TICKETS_PER_MINUTE
 
 SALT = "agent_persistence.realtime.tickets"
-#: The window of ``WS_TICKETS_PER_MINUTE``.
-CAP_WINDOW = timedelta(minutes=1)
 QUERY_PARAMETER = "ticket"
 
 
@@ -73,25 +72,11 @@ def issue_ticket(scope: Scope, conversation_id: uuid.UUID | None = None, *, acco
     active when the ticket is spent. TooManyRequests when the scope was issued
     ``WS_TICKETS_PER_MINUTE`` tickets in the last minute.
     """
-    now = timezone.now()
-    cap = app_settings.WS_TICKETS_PER_MINUTE
-    if cap is not None:
-        issued = WebsocketTicket.objects.filter(tenant=scope.tenant, user=scope.user, created_at__gt=now - CAP_WINDOW)
-        times = list(issued.order_by("-created_at").values_list("created_at", flat=True)[:cap])
-        if len(times) >= cap:
-            raise TooManyRequests(
-                "Too many websocket tickets; try again later.", code="too_many_tickets",
-                retry_after=(times[-1] + CAP_WINDOW - now).total_seconds(),
-            )
-    row = WebsocketTicket.objects.create(
-        tenant=scope.tenant,
-        user=scope.user,
-        account=account,
-        conversation_id=conversation_id,
-        created_at=now,
-        expires_at=now + timedelta(seconds=app_settings.WS_TICKET_TTL),
+    ticket = ticket_store().issue(
+        scope, conversation_id=conversation_id, account=account,
+        ttl=app_settings.WS_TICKET_TTL, per_minute=app_settings.WS_TICKETS_PER_MINUTE,
     )
-    return IssuedTicket(signing.Signer(salt=SALT).sign(row.pk.hex), row.expires_at, conversation_id)
+    return IssuedTicket(signing.Signer(salt=SALT).sign(ticket.pk.hex), ticket.expires_at, conversation_id)
 
 
 def redeem_ticket(ticket: str, conversation_id: Any) -> Scope:
@@ -100,16 +85,12 @@ def redeem_ticket(ticket: str, conversation_id: Any) -> Scope:
         ticket_id = uuid.UUID(hex=signing.Signer(salt=SALT).unsign(ticket))
     except (signing.BadSignature, ValueError):
         raise TicketRefused from None
-    target = _uuid_or_none(conversation_id)
-    now = timezone.now()
-    bound_here = Q(conversation_id__isnull=True) | Q(conversation_id=target) if target else Q(conversation_id__isnull=True)
-    spent = WebsocketTicket.objects.filter(bound_here, pk=ticket_id, spent_at__isnull=True, expires_at__gt=now).update(spent_at=now)
-    if spent != 1:
+    spent = ticket_store().redeem(ticket_id, conversation_id)
+    if spent is None:
         raise TicketRefused
-    tenant, user, account = WebsocketTicket.objects.values_list("tenant", "user", "account").get(pk=ticket_id)
-    if account and not _is_active(account):
+    if spent.account and not _is_active(spent.account):
         raise TicketRefused
-    return Scope(tenant=tenant, user=user)
+    return Scope(tenant=spent.tenant, user=spent.user)
 
 
 def _is_active(account: str) -> bool:
@@ -138,12 +119,4 @@ def ticket_in(channels_scope: dict[str, Any]) -> str | None:
 
 def purge_expired_tickets(*, before: datetime, limit: int) -> int:
     """Delete up to ``limit`` tickets that expired before ``before`` (spent or not); the number deleted."""
-    ids = list(WebsocketTicket.objects.filter(expires_at__lt=before).order_by("expires_at").values_list("pk", flat=True)[:limit])
-    return WebsocketTicket.objects.filter(pk__in=ids).delete()[0] if ids else 0
-
-
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    try:
-        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-    except ValueError:
-        return None
+    return ticket_store().purge_expired(before=before, limit=limit)

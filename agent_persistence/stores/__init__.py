@@ -40,6 +40,7 @@ from .protocols import (
     RunStoreProtocol,
     SupervisionStoreProtocol,
     TaskStoreProtocol,
+    TicketStoreProtocol,
     TurnStoreProtocol,
 )
 
@@ -164,3 +165,9 @@ def artifact_store() -> ArtifactStoreProtocol:
 
 def generation_run_store() -> GenerationRunStoreProtocol:
     return cast(GenerationRunStoreProtocol, get_store("GENERATION_RUN_STORE"))
+
+
+
+def ticket_store() -> TicketStoreProtocol:
+    """The configured family's websocket ticket store (a slot with no deprecated per-store key)."""
+    return cast(TicketStoreProtocol, configured_family().tickets)

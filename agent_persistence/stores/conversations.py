@@ -58,6 +58,7 @@ from .dialects import dialect_for
 from .protocols import ConversationStoreProtocol
 from .rules.conversations import (
     ID_TAKEN_MESSAGE,
+    READABLE_CHUNK,
     MessageInput,
     SavedThread,
     _max_length,
@@ -68,11 +69,13 @@ from .rules.conversations import (
     clean_flag,
     clean_incoming_messages,
     clean_message,
+    clean_pairs,
     clean_thread_tag,
     clean_version,
     conversation_pk,
     merged_thread,
     message_changes,
+    readable_among,
     thread_tag,
     turn_running,
 )
@@ -340,6 +343,18 @@ class ConversationStore(twins_of(ConversationStoreProtocol)):
     def get(self, scope: Scope, conversation_id: Any) -> Conversation:
         """The conversation if ``scope`` may read it, else NotFound."""
         return readable_conversation(scope, conversation_id)
+
+    def readable_ids(self, pairs: Iterable[tuple[Scope, Any]]) -> set[tuple[Scope, uuid.UUID]]:
+        """The pairs whose scope may read the conversation now; one query per :data:`READABLE_CHUNK` ids."""
+        pairs = clean_pairs(pairs)
+        ids = sorted({pk for _, pk in pairs})
+        conversations: dict[uuid.UUID, Conversation] = {}
+        for start in range(0, len(ids), READABLE_CHUNK):
+            chunk = ids[start : start + READABLE_CHUNK]
+            conversations.update(
+                (row.pk, row) for row in Conversation.objects.filter(pk__in=chunk).only("tenant", "owner", "shared")
+            )
+        return readable_among(pairs, conversations)
 
     def list(
         self,

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
+from django.utils.module_loading import import_string
+
 from . import protocols
 
 
@@ -30,15 +32,20 @@ class Slot:
     """One store of a family.
 
     ``setting`` is the deprecated ``AGENT_PERSISTENCE`` key that chooses this
-    store alone; ``alone`` says whether it may come from another family than
-    the others (a lease store keeps no row another store reads; the turn
-    aggregate's stores write and fence each other's rows in one transaction).
+    store alone (None for a store added after ``STORES``); ``alone`` says
+    whether it may come from another family than the others (a lease store
+    keeps no row another store reads; the turn aggregate's stores write and
+    fence each other's rows in one transaction). ``default`` is the import
+    path of the store class a family that leaves the slot empty gets (a
+    family written before the slot existed keeps working); without one an
+    empty slot is system check ``agent_persistence.E011``.
     """
 
     name: str
-    setting: str
+    setting: str | None
     protocol: type
     alone: bool = False
+    default: str | None = None
 
 
 SLOTS: tuple[Slot, ...] = (
@@ -58,10 +65,11 @@ SLOTS: tuple[Slot, ...] = (
     Slot("tasks", "TASK_STORE", protocols.TaskStoreProtocol, alone=True),
     Slot("blobs", "BLOB_STORE", protocols.BlobStoreProtocol, alone=True),
     Slot("metadata", "METADATA_STORE", protocols.MetadataStoreProtocol, alone=True),
+    Slot("tickets", None, protocols.TicketStoreProtocol, alone=True, default="agent_persistence.stores.tickets.TicketStore"),
 )
 
 #: The slots by their deprecated ``AGENT_PERSISTENCE`` key.
-SLOT_BY_SETTING: dict[str, Slot] = {slot.setting: slot for slot in SLOTS}
+SLOT_BY_SETTING: dict[str, Slot] = {slot.setting: slot for slot in SLOTS if slot.setting}
 
 #: The deprecated ``AGENT_PERSISTENCE`` keys that chose one store each (``STORES`` replaces them).
 STORE_SETTINGS: tuple[str, ...] = tuple(SLOT_BY_SETTING)
@@ -83,7 +91,10 @@ class Stores:
     failed save left none behind) and ``lose_content`` removes a record's
     content behind the store's back: what the file store cannot show through
     its own API, since an orphan is by definition out of its reach.
-    ``stored_blobs`` names every blob's bytes the backend keeps.
+    ``stored_blobs`` names every blob's bytes the backend keeps. A family that
+    leaves ``tickets`` empty (one written before the ticket store was a slot)
+    gets the ORM :class:`~agent_persistence.stores.tickets.TicketStore`, as
+    every family did before.
     """
 
     conversations: Any
@@ -107,6 +118,13 @@ class Stores:
     artifacts: Any = None
     generations: Any = None
     stored_blobs: Callable[[], set[Any]] = set
+    tickets: Any = None
+
+    def __post_init__(self) -> None:
+        # A family written before a slot existed leaves it empty: it gets the slot's default store.
+        for slot in SLOTS:
+            if slot.default and getattr(self, slot.name) is None:
+                setattr(self, slot.name, import_string(slot.default)())
 
     def run_in_processes(self, count: int, target: Callable[[int], Any], *, timeout: float = 120.0) -> list[Any]:
         """``target(i)`` in ``count`` OS processes, or threads when the family lives in one process's memory."""

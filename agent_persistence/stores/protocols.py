@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any, Collection, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Collection, Iterable, Protocol, runtime_checkable
 
 from ..scope import Scope
 from ..statuses import LastTurnStatus, RunStatus, SupervisionStatus
@@ -259,6 +259,15 @@ class ConversationStoreProtocol(Protocol):
 
     def get(self, scope: Scope, conversation_id: Any) -> Conversation:
         """The conversation if ``scope`` may read it, else NotFound."""
+        ...
+
+    def readable_ids(self, pairs: Iterable[tuple[Scope, Any]]) -> set[tuple[Scope, uuid.UUID]]:
+        """The ``(scope, conversation id)`` pairs whose scope may read that conversation now.
+
+        Each conversation is read once, whatever the number of scopes naming it
+        (the ORM store: one query per 500 ids); an id that is no UUID, or that no
+        conversation has, is in no pair returned. The websocket access sweep's read.
+        """
         ...
 
     def list(
@@ -1129,3 +1138,45 @@ class GenerationRunStoreProtocol(Protocol):
 
 
 __all__ += ["ArtifactStoreProtocol", "BlobStoreProtocol", "GenerationRunStoreProtocol"]
+
+
+# -- websocket tickets ------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    from ..models import WebsocketTicket
+
+
+@runtime_checkable
+class TicketStoreProtocol(Protocol):
+    """Short-lived, single-use websocket tickets; see ``docs/reference/stores/tickets.md``.
+
+    The store keeps the tickets; signing their ids and checking their Django
+    user is :mod:`agent_persistence.realtime.tickets`'s.
+    """
+
+    def issue(
+        self, scope: Scope, *, conversation_id: Any = None, account: str = "", ttl: float, per_minute: int | None = None,
+        now: datetime | None = None,
+    ) -> WebsocketTicket:
+        """A new ticket for ``scope``, expiring ``ttl`` seconds from ``now``, opening only ``conversation_id`` when given.
+
+        TooManyRequests (``too_many_tickets``, with ``retry_after``) when ``scope``
+        was issued ``per_minute`` tickets in the minute before ``now`` (None: no cap).
+        """
+        ...
+
+    def redeem(self, ticket_id: Any, conversation_id: Any = None, *, now: datetime | None = None) -> WebsocketTicket | None:
+        """Spend the ticket for a socket to ``conversation_id``; the spent ticket, or None when it may not be spent.
+
+        None when the ticket is unknown, spent, expired at ``now``, or bound to another
+        conversation (then it stays unspent). Of any number of concurrent redeems of
+        one ticket, on any processes, exactly one gets it.
+        """
+        ...
+
+    def purge_expired(self, *, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` tickets that expired before ``before`` (spent or not), earliest first; the number deleted."""
+        ...
+
+
+__all__ += ["TicketStoreProtocol"]

@@ -253,6 +253,32 @@ class ConversationStoreContract(FamilyContract):
         with pytest.raises(NotFound):
             store.get(ALICE, missing)
 
+    # -- readable_ids (the websocket access sweep) ---------------------------------------------
+
+    def test_readable_ids_are_the_pairs_whose_scope_may_read_now(self, store: Any) -> None:
+        private, shared = store.create(ALICE), store.create(ALICE, shared=True)
+        bobs = store.create(BOB)
+        pairs = {(scope, conversation.id) for scope in (ALICE, BOB, MALLORY) for conversation in (private, shared, bobs)}
+        assert store.readable_ids(pairs) == {
+            (ALICE, private.id), (ALICE, shared.id),
+            (BOB, shared.id), (BOB, bobs.id),
+        }
+        store.share(ALICE, shared.id, False)
+        store.delete(BOB, bobs.id)
+        assert store.readable_ids(pairs) == {(ALICE, private.id), (ALICE, shared.id)}
+
+    def test_readable_ids_take_text_ids_and_leave_out_unknown_and_malformed_ones(self, store: Any) -> None:
+        conversation = store.create(ALICE)
+        pairs = [(ALICE, str(conversation.id)), (ALICE, uuid.uuid4()), (ALICE, "nope"), (ALICE, None), (BOB, 42)]
+        assert store.readable_ids(pairs) == {(ALICE, conversation.id)}
+        assert store.readable_ids([]) == set()
+
+    def test_readable_ids_read_more_conversations_than_one_batch(self, store: Any) -> None:
+        """Past the ORM store's 500 ids per query, every conversation is still read."""
+        created = [store.create(ALICE if index % 2 else BOB) for index in range(520)]
+        pairs = {(ALICE, conversation.id) for conversation in created}
+        assert store.readable_ids(pairs) == {(ALICE, conversation.id) for conversation in created if conversation.owner == ALICE.user}
+
     # -- list -----------------------------------------------------------------------------------
 
     def test_list_is_newest_first_and_asc_reverses(self, store: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -48,11 +48,13 @@ from ..rules.conversations import (
     clean_flag,
     clean_incoming_messages,
     clean_message,
+    clean_pairs,
     clean_thread_tag,
     clean_version,
     conversation_pk,
     merged_thread,
     message_changes,
+    readable_among,
     thread_tag,
     turn_running,
 )
@@ -125,6 +127,11 @@ class MemoryConversationStore(twins_of(ConversationStoreProtocol)):
     def get(self, scope: Scope, conversation_id: Any) -> Conversation:
         with self.db.lock:
             return clone(self.db.readable_conversation(scope, conversation_id))
+
+    def readable_ids(self, pairs: Iterable[tuple[Scope, Any]]) -> set[tuple[Scope, uuid.UUID]]:
+        pairs = clean_pairs(pairs)
+        with self.db.lock:
+            return readable_among(pairs, self.db.conversations)
 
     def list(
         self,

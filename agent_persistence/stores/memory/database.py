@@ -78,6 +78,7 @@ class MemoryDatabase:
             self.blob_contents: dict[uuid.UUID, bytes] = {}
             self.artifacts: dict[uuid.UUID, Any] = {}
             self.generation_runs: dict[uuid.UUID, Any] = {}
+            self.tickets: dict[uuid.UUID, Any] = {}  # websocket tickets by id
 
     # -- conversation access (the rules of stores.base, on these dicts) ---------------------------
 

@@ -28,6 +28,7 @@ def stores(database: MemoryDatabase | None = None) -> Stores:
     from .runs import MemoryRunStore
     from .supervision import MemorySupervisionStore
     from .tasks import MemoryTaskStore
+    from .tickets import MemoryTicketStore
     from .turns import MemoryTurnStore
 
     db = database if database is not None else DEFAULT_DATABASE
@@ -53,4 +54,5 @@ def stores(database: MemoryDatabase | None = None) -> Stores:
         artifacts=MemoryArtifactStore(db),
         generations=MemoryGenerationRunStore(db),
         stored_blobs=lambda: set(db.blob_contents),
+        tickets=MemoryTicketStore(db),
     )

@@ -30,6 +30,7 @@ def stores() -> Stores:
     from ..runs import RunStore
     from ..supervision import SupervisionStore
     from ..tasks import TaskStore
+    from ..tickets import TicketStore
     from ..turns import TurnStore
 
     return Stores(
@@ -54,6 +55,7 @@ def stores() -> Stores:
         artifacts=ArtifactStore(),
         generations=GenerationRunStore(),
         stored_blobs=_blob_names_in_storage,
+        tickets=TicketStore(),
     )
 
 

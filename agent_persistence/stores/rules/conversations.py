@@ -16,7 +16,7 @@ from ...conf import app_settings
 from ...exceptions import Conflict, PreconditionFailed, StorageLimit, Validation
 from ...ids import uuid7
 from ...models import Conversation, LastTurnStatus, Message, Role
-from .base import UNSET, clean_datetime, clean_json, clean_object, clean_text, json_size, lookup_id, parse_id
+from .base import UNSET, can_read, check_scope, clean_datetime, clean_json, clean_object, clean_text, json_size, lookup_id, parse_id
 from .times import clean_caller_time
 
 #: The keys a message dict given to :meth:`ConversationStore.merge_messages` (or ``replace_messages``) may carry.
@@ -313,3 +313,27 @@ def message_changes(stored: dict[str, Any], message: MessageInput) -> dict[str, 
     if message.created_at is not None:
         wanted["created_at"] = message.created_at
     return {column: value for column, value in wanted.items() if not same_value(column, stored[column], value)}
+
+
+#: Conversations an ORM store reads in one query of ``readable_ids``.
+READABLE_CHUNK = 500
+
+
+def clean_pairs(pairs: Iterable[tuple[Any, Any]]) -> set[tuple[Any, uuid.UUID]]:
+    """The ``(scope, conversation id)`` pairs of ``readable_ids``, each scope checked, ids parsed.
+
+    A pair whose id is no UUID names no conversation: it is left out (it is readable by no one).
+    """
+    cleaned = set()
+    for scope, conversation_id in pairs:
+        check_scope(scope)
+        try:
+            cleaned.add((scope, parse_id(conversation_id, "conversation")))
+        except Validation:
+            continue
+    return cleaned
+
+
+def readable_among(pairs: set[tuple[Any, uuid.UUID]], conversations: dict[uuid.UUID, Any]) -> set[tuple[Any, uuid.UUID]]:
+    """The pairs whose scope may read its conversation, among the loaded ``conversations`` (by id)."""
+    return {(scope, pk) for scope, pk in pairs if pk in conversations and can_read(scope, conversations[pk])}
