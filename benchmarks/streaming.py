@@ -125,15 +125,15 @@ class Server:
             self.process.wait()
 
 
-def login_and_conversations(count: int) -> tuple[str, list[uuid.UUID]]:
-    """A session cookie of the benchmark user, and ``count`` fresh conversations of theirs."""
+def login_and_conversations(count: int, username: str = "bench-ws") -> tuple[str, list[uuid.UUID]]:
+    """A session cookie of the benchmark user ``username``, and ``count`` fresh conversations of theirs."""
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
     from django.contrib.sessions.backends.db import SessionStore
 
     from agent_persistence.scope import Scope
     from agent_persistence.stores import conversation_store
 
-    user, _ = get_user_model().objects.get_or_create(username="bench-ws")
+    user, _ = get_user_model().objects.get_or_create(username=username)
     store = SessionStore()
     store[SESSION_KEY] = str(user.pk)
     store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
