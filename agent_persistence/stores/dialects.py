@@ -60,6 +60,10 @@ class Dialect:
     def limit_lock_wait(self, db: Any) -> None:
         """Bound the row lock waits of the transaction ``db`` is in by ``PRODUCER_LOCK_TIMEOUT``; here, none to bound."""
 
+    def conversation_access(self, db: Any, ids: Sequence[Any]) -> list[tuple[Any, ...]] | None:
+        """``(id, tenant, owner, shared)`` of the conversations among ``ids``, in one statement; None: not done here."""
+        return None
+
     def append_message(self, scope: Scope, pk: Any, message: Any, now: datetime) -> Any:
         """The stored message, appended in one statement; None: nothing written, the general path decides."""
         return None

@@ -10,7 +10,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from ...conf import app_settings
 from ...exceptions import Conflict, PreconditionFailed, StorageLimit, Validation
@@ -332,6 +332,14 @@ def clean_pairs(pairs: Iterable[tuple[Any, Any]]) -> set[tuple[Any, uuid.UUID]]:
         except Validation:
             continue
     return cleaned
+
+
+class ConversationAccess(NamedTuple):
+    """The columns the read rule (:func:`~.base.can_read`) looks at, without the rest of the row."""
+
+    tenant: str
+    owner: str
+    shared: bool
 
 
 def readable_among(pairs: set[tuple[Any, uuid.UUID]], conversations: dict[uuid.UUID, Any]) -> set[tuple[Any, uuid.UUID]]:
