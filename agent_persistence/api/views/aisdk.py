@@ -28,9 +28,9 @@ from ...aisdk.chunks import Held
 from ...aisdk.requests import ChatRequest, chat_request, held_of, user_message_id
 from ...aisdk.streams import CONTENT_TYPE, HEADERS, chunk_stream
 from ...conf import app_settings
-from ...exceptions import Conflict, ConversationNotOwned, Gone, NotFound, TooManyRequests
+from ...exceptions import Conflict, NotFound, TooManyRequests
 from ...runtime import loop
-from ...runtime.lifecycle import continue_turn, resume_turn, start_turn
+from ...runtime.lifecycle import continue_turn, start_turn
 from ...stores import conversation_store, turn_store
 from ...stores.protocols import TurnView
 from ..schema import extend_schema
@@ -113,19 +113,6 @@ def ask(scope: Any, request: ChatRequest) -> None:
     if request.trigger == "regenerate-message":
         raise Conflict("The conversation keeps every answer: send the question again as a new message.",
                        code="regenerate_unsupported")
-
-
-def resume_if_dead(scope: Any, conversation_id: uuid.UUID, turn: TurnView) -> None:
-    """Take over a turn whose producer died, in this process, when the caller owns the conversation.
-
-    A reader, or a turn someone else resumed first, is left to its owner and the reaper.
-    """
-    if turn.state != "dead":
-        return
-    try:
-        loop.run(resume_turn(scope, conversation_id, message_id=turn.message_id))
-    except (Conflict, Gone, ConversationNotOwned):
-        pass
 
 
 @non_atomic
@@ -222,7 +209,6 @@ class ChatStreamView(AiSdkView):
             return HttpResponse(status=204)
         admitted = self.admit()
         try:
-            resume_if_dead(self.scope, pk, turn)
             return self.respond(request, pk, None, admitted)
         except BaseException:
             release_stream(admitted)
