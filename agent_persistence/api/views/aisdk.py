@@ -51,13 +51,25 @@ STREAM_RESPONSE = {
         UI_CHUNK_SCHEMA, description="The AI SDK's UI message stream (header x-vercel-ai-ui-message-stream: v1), until the message ends.",
     )
 }
-_OBJECT: dict[str, Any] = {"type": "object"}
+UI_MESSAGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A UI message. Of the last one: a user message's text parts are the question; an assistant message's "
+    "tool parts carry approvals (state approval-responded, approval {id, approved, reason}) and client tool outputs.",
+    "properties": {
+        "id": {"type": "string"},
+        "role": {"enum": ["user", "assistant"]},
+        "parts": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "properties": {"type": {"type": "string"}, "text": {"type": "string"}}, "required": ["type"],
+        }},
+    },
+    "required": ["id", "role", "parts"],
+}
 CHAT_BODY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "DefaultChatTransport's body (useChat).",
     "properties": {
         "id": {"type": "string", "format": "uuid", "description": "The chat's id: the conversation (created, the caller's, when new)."},
-        "messages": {"type": "array", "items": _OBJECT, "description": "The chat's UI messages; only the last is read."},
+        "messages": {"type": "array", "minItems": 1, "items": UI_MESSAGE_SCHEMA, "description": "The chat's UI messages; only the last is read."},
         "trigger": {"enum": sorted(["submit-message", "regenerate-message"])},
         "messageId": {"type": "string"},
         "agent": {"type": "string", "description": "The agent of a new conversation's first turn (transport body option)."},
