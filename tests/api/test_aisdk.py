@@ -10,7 +10,9 @@ Every stream is checked against the UI message stream's rules (:func:`check_chun
 from __future__ import annotations
 
 import json
+import re
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -245,3 +247,15 @@ def test_anonymous_requests_are_refused(client_for: Callable[[Any], APIClient]) 
     anonymous = client_for(None)
     assert post(anonymous, body(uuid.uuid4(), user("go"))).status_code in (401, 403)
     assert anonymous.get(stream_url(uuid.uuid4())).status_code in (401, 403)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_how_tos_page_and_build_script_are_the_files_the_browser_test_runs() -> None:
+    """docs/howto/vercel-ai-sdk.md shows tests/browser/ai_sdk/app.tsx and build.mjs verbatim (a marker names each)."""
+    text = (ROOT / "docs" / "howto" / "vercel-ai-sdk.md").read_text()
+    shown = dict(re.findall(r"<!-- (tests/browser/ai_sdk/[\w.]+) -->\n```\w*\n(.*?)^```$", text, re.S | re.M))
+    assert sorted(shown) == ["tests/browser/ai_sdk/app.tsx", "tests/browser/ai_sdk/build.mjs"]
+    for name, block in shown.items():
+        assert block == (ROOT / name).read_text(), f"the how-to's block differs from {name}"
