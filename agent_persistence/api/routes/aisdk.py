@@ -10,6 +10,6 @@ from django.urls import URLPattern, path
 from ..views import aisdk
 
 urlpatterns: list[URLPattern] = [
-    path("aisdk/chat", aisdk.ChatView.as_view(), name="aisdk-chat"),
-    path("aisdk/chat/<str:conversation_id>/stream", aisdk.ChatStreamView.as_view(), name="aisdk-chat-stream"),
+    path("aisdk/chat", aisdk.AiSdkChatView.as_view(), name="aisdk-chat"),
+    path("aisdk/chat/<str:conversation_id>/stream", aisdk.AiSdkChatStreamView.as_view(), name="aisdk-chat-stream"),
 ]

@@ -157,7 +157,7 @@ class AiSdkView(ScopedAPIView):
         return admitted
 
 
-class ChatView(AiSdkView):
+class AiSdkChatView(AiSdkView):
     """``POST aisdk/chat``: useChat's request; the answer as a UI message stream."""
 
     @extend_schema(
@@ -198,7 +198,7 @@ class ChatView(AiSdkView):
             raise
 
 
-class ChatStreamView(AiSdkView):
+class AiSdkChatStreamView(AiSdkView):
     """``GET aisdk/chat/<id>/stream``: the turn in flight, replayed from its beginning; 204 when none is."""
 
     @extend_schema(
