@@ -12,15 +12,22 @@ set, and ``useChat({ resume: true })``.
   before the page's own scripts counts the copies of each part of the answer at every change of
   the DOM: never more than 1;
 - stop mid-answer (``stop()`` and ``POST turns/cancel/``): the turn ends cancelled with its partial
-  answer, and the page shows exactly that.
+  answer, and the page shows exactly that;
+- SIGKILL the producer's server mid-answer, start another server process on the same port (the
+  page's origin), reload: the resume stream takes the dead turn over on the new process, and the
+  page ends with the whole answer, each part shown at most once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +35,8 @@ import httpx
 import pytest
 
 from example_project.demo.agents import LONG_ANSWER
-from tests.browser.cdp import Chromium, Tab, chromium_path
-from tests.browser.servers import example_server
+from tests.browser.cdp import Chromium, Tab, chromium_path, free_port
+from tests.browser.servers import ROOT, example_server
 from tests.browser.test_demo import ANSWER, COPIES, COUNT_COPIES, INTRO_MARKER, OUTRO_MARKER, session_cookie
 from tests.npm import npm_ci
 
@@ -150,3 +157,88 @@ def test_stop_ends_the_turn_cancelled_and_the_page_keeps_exactly_the_partial_ans
             await tab.__aexit__()
 
     asyncio.run(scenario())
+
+
+class PageServer:
+    """The example project under uvicorn on a fixed port, that can be SIGKILLed and started again (a new process)."""
+
+    def __init__(self, var_dir: Path, bundle: Path) -> None:
+        self.env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(var_dir), "DJANGO_SETTINGS_MODULE": "tests.browser.ai_sdk_settings",
+                    "AP_AI_SDK_PAGE": str(bundle)}
+        self.env.pop("DATABASE_URL", None)
+        self.env.pop("REDIS_URL", None)
+        for command in (["migrate", "-v0"], ["demo_user"]):
+            subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=self.env, check=True, capture_output=True)
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "example_project.asgi:application", "--host", "127.0.0.1", "--port", str(self.port),
+             "--log-level", "warning"], cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(self.base + "/admin/login/", timeout=1)
+                return
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline and self.process.poll() is None, "the server did not start"
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@contextlib.contextmanager
+def page_server_process(var_dir: Path, bundle: Path) -> Iterator[PageServer]:
+    server = PageServer(var_dir, bundle)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_after_a_sigkill_of_the_producers_server_a_reload_resumes_the_turn_on_a_new_process(
+    bundle: Path, tmp_path: Path
+) -> None:
+    with page_server_process(tmp_path, bundle) as server:
+        cookie = session_cookie(server.base)
+        conversation = new_conversation(server.base, cookie)
+
+        async def scenario() -> None:
+            with Chromium() as browser:
+                tab = await open_page(browser, server.base, cookie, conversation, "demo")
+                await tab.evaluate("document.getElementById('send').click()")
+                await tab.wait_for(LAST_TEXT + ".length > 30", timeout=30)
+                server.kill()  # the producer dies mid-answer, its heartbeat with it
+                killed = time.monotonic()
+                server.start()  # another process on the page's origin
+                await reload(tab)
+                await tab.wait_for(APPROVE_SHOWN, timeout=30)  # the rest of the intro, from the new process
+                print(f"\nSIGKILL to the approval request on the new process: {time.monotonic() - killed:.2f} s")
+                await tab.evaluate("document.getElementById('approve').click()")
+                await tab.wait_for(STATUS + " === 'ready' && " + LAST_TEXT + " === " + json.dumps(ANSWER), timeout=30)
+                assert json.loads(await tab.evaluate(COPIES)) == {INTRO_MARKER: 1, OUTRO_MARKER: 1}
+                assert await tab.evaluate("document.getElementById('error').textContent") == ""
+                metadata = json.loads(await tab.evaluate("document.querySelector('#transcript .msg.assistant').dataset.metadata"))
+                assert metadata["epoch"] >= 2, metadata  # the runs after the takeover
+                await tab.__aexit__()
+
+        asyncio.run(scenario())
+        with httpx.Client(base_url=server.base, cookies={"sessionid": cookie}, timeout=10) as client:
+            stored = client.get(f"/api/conversations/{conversation}/messages/").json()["items"]
+        assert [message["content"] for message in stored if message["role"] == "assistant"] == [ANSWER]
