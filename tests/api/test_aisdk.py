@@ -259,3 +259,10 @@ def test_the_how_tos_page_and_build_script_are_the_files_the_browser_test_runs()
     assert sorted(shown) == ["tests/browser/ai_sdk/app.tsx", "tests/browser/ai_sdk/build.mjs"]
     for name, block in shown.items():
         assert block == (ROOT / name).read_text(), f"the how-to's block differs from {name}"
+
+
+@pytest.mark.parametrize("path", [f"{CHAT}/", f"{CHAT}/a%2Fb/stream", f"{CHAT}/{uuid.uuid4()}/stream/", f"{CHAT}/x/y"])
+def test_other_paths_under_the_chat_are_the_apis_json_404_not_a_redirect(alice_client: APIClient, path: str) -> None:
+    for method in ("get", "post"):
+        response = getattr(alice_client, method)(path, {}, format="json")
+        assert response.status_code == 404 and response.json()["code"] == "not_found", (method, path, response.status_code)

@@ -208,7 +208,7 @@ class AiSdkChatStreamView(AiSdkView):
         description=(
             "useChat({ resume: true })'s reconnect: the conversation's turn in flight (alive, dead, or parked on interrupts) "
             "as one UI message replayed from its beginning, then live, on any server. A turn whose producer died is taken "
-            "over in this process first when the caller owns the conversation. 204 when no turn is in flight."
+            "over by the stream in this process when the caller owns the conversation. 204 when no turn is in flight."
         ),
     )
     def get(self, request: Request, conversation_id: str) -> HttpResponse:
