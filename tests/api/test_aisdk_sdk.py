@@ -35,6 +35,7 @@ from .test_aisdk import body, post, stream_url, user
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    pytest.mark.e2e,  # Node, with the page's pinned ai package
     pytest.mark.skipif(shutil.which("node") is None and not os.environ.get("CI"), reason="Node is not installed"),
 ]
 
