@@ -266,3 +266,37 @@ def test_other_paths_under_the_chat_are_the_apis_json_404_not_a_redirect(alice_c
     for method in ("get", "post"):
         response = getattr(alice_client, method)(path, {}, format="json")
         assert response.status_code == 404 and response.json()["code"] == "not_found", (method, path, response.status_code)
+
+
+def test_over_sse_max_per_user_a_request_is_429_too_many_streams_before_anything_is_read(
+    alice_client: APIClient, settings: Any
+) -> None:
+    """The cap is AG-UI's and this endpoint's together; a user at it writes nothing and costs no query."""
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "SSE_MAX_PER_USER": 0}
+    response = post(alice_client, body(uuid.uuid4(), user("go"), agent="scripted"))
+    assert response.status_code == 429 and response.json()["code"] == "too_many_streams"
+    assert not Conversation.objects.exists()
+
+
+def test_a_reader_whose_conversation_is_unshared_mid_turn_gets_an_error_chunk_not_found(
+    alice_client: APIClient, alice_scope: Scope, bob_user: Any, client_for: Callable[[Any], APIClient], settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bob streams alice's shared conversation (the resume stream); alice unshares it: the stream ends with not_found."""
+    settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "WEBSOCKET_ACCESS_CHECK_INTERVAL": 0.2}
+    monkeypatch.setenv("AP_CHUNK_DELAY", "0.05")
+    conversation_id = conversation_store().create(alice_scope, agent="scripted", shared=True).pk
+    started = post(alice_client, body(conversation_id, user("go")))  # the turn starts; alice's stream is left unread
+    unshared: list[bool] = []
+
+    def unshare_once_text_arrives(chunks: list[Any]) -> bool:
+        if len(text_of(chunks)) > 20 and not unshared:
+            conversation_store().share(alice_scope, conversation_id, shared=False)
+            unshared.append(True)
+        return False
+
+    chunks = read_chunks(client_for(bob_user).get(stream_url(conversation_id)), stop=unshare_once_text_arrives)
+    started.close()
+    assert unshared, "bob's stream showed the turn"
+    assert chunks[-2]["type"] == "error" and chunks[-3]["messageMetadata"]["error"]["code"] == "not_found", chunks[-3:]
+    assert len(text_of(chunks)) < len(ANSWER), "no text after access was lost"
