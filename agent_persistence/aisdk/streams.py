@@ -112,6 +112,8 @@ async def chunk_stream(scope: Scope, conversation_id: uuid.UUID, *, held: Held |
         unwatch(registry, watch)
         try:
             await follower.close()
+            if takeovers:  # a takeover runs on the producer loop: let it land rather than leave it half done
+                await asyncio.wait(takeovers, timeout=10)
         finally:
             if relayed:
                 relay().unfollow(conversation_id)
