@@ -12,7 +12,7 @@ import re
 
 from django.urls import path, re_path
 
-from .routes import activities, agui, artifacts, conversations, files, oauth, runs, tasks, tickets, turns
+from .routes import activities, agui, aisdk, artifacts, conversations, files, oauth, runs, tasks, tickets, turns
 from .schema import SchemaView
 from .views.base import UnknownResourceView
 
@@ -29,6 +29,7 @@ urlpatterns = [
     *tickets.urlpatterns,
     *artifacts.urlpatterns,
     *agui.urlpatterns,
+    *aisdk.urlpatterns,
     path("schema/", SchemaView.as_view(), name="schema"),
 ]
 

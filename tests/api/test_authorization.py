@@ -55,7 +55,8 @@ pytestmark = pytest.mark.django_db
 #: (another thread, its own connection) must see the world, so their cells commit it (transaction=True)
 #: and wait for their producers. Every other cell runs in a rolled-back transaction and must start none.
 PRODUCING_ROWS = {("turn-start", "POST"), ("turn-resume", "POST"), ("turn-cancel", "POST"), ("conversation-interrupts", "POST"),
-                  ("interrupt-cancel", "POST")}  # cancelling the last pending interrupt continues the turn
+                  ("interrupt-cancel", "POST"),  # cancelling the last pending interrupt continues the turn
+                  ("aisdk-chat", "POST")}
 
 ACTORS = ("owner", "other", "reader", "tenant", "anon")
 #: Endpoints the matrix does not cover, with the reason (the schema itself is public).
@@ -288,6 +289,12 @@ MATRIX: dict[tuple[str, str], Row] = {
     ("conversation-agui", "POST"): Row(
         conversation("agui"), read(), body=lambda w: {"threadId": str(w.conversation_id), "runId": "matrix", "messages": []}
     ),
+    # The AI SDK: a question starts a turn (a write); the resume stream of a turn parked on an interrupt is a read
+    ("aisdk-chat", "POST"): Row(lambda w: "/api/aisdk/chat", write(200), body=lambda w: {
+        "id": str(w.conversation_id), "agent": "echo",
+        "messages": [{"id": "matrix", "role": "user", "parts": [{"type": "text", "text": "next"}]}],
+    }),
+    ("aisdk-chat-stream", "GET"): Row(lambda w: f"/api/aisdk/chat/{w.conversation_id}/stream", read(), world="waiting"),
 }
 
 

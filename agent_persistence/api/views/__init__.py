@@ -54,6 +54,8 @@ VIEWS = {
     "WebsocketTicketView": "tickets",  # ws-ticket
     "ConversationWebsocketTicketView": "tickets",  # conversation-ws-ticket
     "AgUiStreamView": "agui",  # conversation-agui
+    "AiSdkChatView": "aisdk",  # aisdk-chat
+    "AiSdkChatStreamView": "aisdk",  # aisdk-chat-stream
     "ScopedAPIView": "base",  # the base of them all
 }
 
