@@ -186,12 +186,13 @@ class TurnStoreProtocol(Protocol):
         """
         ...
 
-    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int) -> int | None:
+    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
+                 in_flight: str | None = None) -> int | None:
         """Release the turn ``epoch`` produces at a shutdown (one fenced transaction); the epoch it is released at.
 
         The supervision row becomes ``handed_off`` at the conversation's next epoch (``epoch`` is fenced),
-        the turn's open runs are aborted with ``handed_off`` and a ``handed_off`` event is appended; the
-        turn does not end: :meth:`resume` claims it at once and :meth:`dead_turns` lists it. None
+        the turn's open runs are aborted with ``handed_off`` and a ``handed_off`` event is appended (its
+        ``in_flight``, "model" or "tool", says what the next producer makes again); the turn does not end: :meth:`resume` claims it at once and :meth:`dead_turns` lists it. None
         (nothing written) when fenced or the conversation is gone.
         """
         ...

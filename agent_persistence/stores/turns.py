@@ -58,6 +58,7 @@ from .rules.turns import (
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
+    clean_in_flight,
     clean_known_agents,
     clean_seal,
     handed_off_event,
@@ -461,7 +462,8 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             return False
         return True
 
-    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int) -> int | None:
+    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
+                 in_flight: str | None = None) -> int | None:
         """Release the turn ``epoch`` produces at a shutdown, in one fenced transaction; the epoch it is released at.
 
         The supervision row becomes ``handed_off`` at the conversation's next epoch (so ``epoch`` is
@@ -469,13 +471,16 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         ``producer_lost``: a hand-off is not a failed resume) and a ``handed_off`` event is appended.
         The turn is not ended: :meth:`resume` claims it at once, with no ``DEAD_AFTER`` to wait, and
         :meth:`dead_turns` lists it. The producer flushed its recording and checkpoint before (each
-        fenced by ``epoch``). None (nothing written) when fenced or the conversation is gone.
+        fenced by ``epoch``); ``in_flight`` ("model", "tool" or None) is what it stopped the agent in,
+        which the next producer makes again, recorded in the event. None (nothing written) when fenced
+        or the conversation is gone.
         """
         check_scope(scope)
         pk = lookup_id(conversation_id)
         message_id = parse_id(message_id, "message_id")
         run_id = parse_id(run_id, "run_id")
         epoch = clean_lease_epoch(epoch)
+        in_flight = clean_in_flight(in_flight)
         try:
             with transaction.atomic():
                 limit_lock_wait()
@@ -493,7 +498,7 @@ class TurnStore(twins_of(TurnStoreProtocol)):
                 if not Conversation.objects.filter(pk=pk, epoch=conversation.epoch).update(epoch=released_at):
                     raise contended()  # the row is locked by us: only a writer ignoring the lock order gets here
                 finish_runs(open_runs(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
-                self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at)], run_id=run_id)
+                self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at, in_flight)], run_id=run_id)
         except (Fenced, NotFound):
             return None
         return released_at

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 class Server:
-    """One uvicorn process serving ``tests.realtime.asgi``."""
+    """One uvicorn process serving ``tests.realtime.asgi`` (``lifespan``: uvicorn's ``--lifespan``)."""
 
-    def __init__(self, env: dict[str, str], name: str) -> None:
+    def __init__(self, env: dict[str, str], name: str, lifespan: str = "off") -> None:
         self.port = free_port()
         self.name = name
         self.redis = "REDIS_URL" in env
@@ -36,7 +36,7 @@ class Server:
         self.log = self.log_path.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "tests.realtime.asgi:application", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", "off"],
+             "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", lifespan],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True,
         )
 
@@ -60,6 +60,14 @@ class Server:
         self.process.communicate(timeout=10)
         self.log.close()
 
+    def terminate(self) -> None:
+        """SIGTERM, without waiting (a graceful shutdown: see :meth:`wait`)."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float = 30) -> int:
+        """The exit status, once the process has exited (within ``timeout``)."""
+        return self.process.wait(timeout=timeout)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -75,8 +83,8 @@ class Server:
         return self.log_path.read_text()[-5000:]
 
 
-def start_servers(env: dict[str, str], count: int = 2) -> list[Server]:
-    servers = [Server(env, f"server-{chr(ord('a') + i)}") for i in range(count)]
+def start_servers(env: dict[str, str], count: int = 2, lifespan: str = "off") -> list[Server]:
+    servers = [Server(env, f"server-{chr(ord('a') + i)}", lifespan) for i in range(count)]
     for server in servers:
         server.wait_ready()
     return servers
@@ -154,13 +162,14 @@ LAYERS = ["recording", pytest.param("redis", marks=pytest.mark.skipif(
 
 
 @contextmanager
-def running_servers(layer: str, **env: str) -> Iterator[list[Server]]:
+def running_servers(layer: str, lifespan: str = "off", **env: str) -> Iterator[list[Server]]:
     """Two servers on the test database and ``layer`` (one of :data:`LAYERS`), ``env`` added; stopped after."""
     from django.db import connection
 
     if layer == "redis" and not os.environ.get("REDIS_URL"):
         pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
-    running = start_servers({**server_env(str(connection.settings_dict["NAME"]), redis=layer == "redis"), **env})
+    running = start_servers({**server_env(str(connection.settings_dict["NAME"]), redis=layer == "redis"), **env},
+                            lifespan=lifespan)
     try:
         yield running
     finally:

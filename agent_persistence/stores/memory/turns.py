@@ -34,6 +34,7 @@ from ..rules.turns import (
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
+    clean_in_flight,
     clean_known_agents,
     clean_seal,
     handed_off_event,
@@ -335,12 +336,14 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
         announce(scope, pk, answer.id, run_id)
         return True
 
-    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int) -> int | None:
+    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
+                 in_flight: str | None = None) -> int | None:
         check_scope(scope)
         pk = lookup_id(conversation_id)
         message_id = parse_id(message_id, "message_id")
         run_id = parse_id(run_id, "run_id")
         epoch = clean_lease_epoch(epoch)
+        in_flight = clean_in_flight(in_flight)
         with self.db.lock:
             now = timezone.now()
             try:
@@ -355,7 +358,7 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
             row.status, row.epoch, row.replica, row.heartbeat_at = HANDED_OFF, released_at, "", now
             conversation.epoch = released_at
             self._finish(self._runs_of_turn(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
-            self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at)], run_id=run_id)
+            self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at, in_flight)], run_id=run_id)
             return released_at
 
     def close_out(

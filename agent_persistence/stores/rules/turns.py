@@ -46,9 +46,21 @@ def lost_event(message_id: uuid.UUID, epoch: int) -> dict[str, Any]:
     return {"type": "producer_lost", "data": {"message_id": str(message_id), "epoch": epoch}}
 
 
-def handed_off_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, released_at: int) -> dict[str, Any]:
+#: What a hand-off may report it had in flight: a model call or a tool call, which the next producer makes again.
+IN_FLIGHT = ("model", "tool")
+
+
+def clean_in_flight(value: Any) -> str | None:
+    if value is not None and value not in IN_FLIGHT:
+        raise Validation(f"in_flight must be one of {', '.join(IN_FLIGHT)}, or None.", field="in_flight")
+    return value
+
+
+def handed_off_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, released_at: int,
+                     in_flight: str | None = None) -> dict[str, Any]:
     """The turn's producer (``epoch``) released it at a shutdown, at ``released_at`` (its epoch + 1)."""
-    return {"type": "handed_off", "data": event_data(message_id, run_id, epoch=epoch, released_at=released_at)}
+    return {"type": "handed_off", "data": event_data(message_id, run_id, epoch=epoch, released_at=released_at,
+                                                     in_flight=in_flight)}
 
 
 def idle_event(message_id: uuid.UUID, run_id: uuid.UUID | None, stop_reason: str,
