@@ -124,3 +124,33 @@ async def receive_timed(connection: Any, client: StreamClient, arrivals: list[tu
     arrivals.append((time.monotonic(), frame))
     client.apply(frame)
 
+
+
+async def test_a_start_on_a_draining_server_is_an_error_frame_shutting_down_and_the_socket_stays_usable() -> None:
+    """A socket that reaches a server while it drains (daphne, or a frame in uvicorn's closing window) is told
+    with a stable code to go elsewhere; nothing is written."""
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    from agent_persistence.realtime.routing import websocket_urlpatterns
+    from agent_persistence.runtime import shutdown
+
+    key, user, conversation_id = await sync_to_async(logged_in_session)("draining-alice")
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/conversations/{conversation_id}/")
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    assert connected
+    shutdown.stop_taking_turns()
+    try:
+        await communicator.send_json_to({"type": "start", "content": "go"})
+        client = StreamClient()
+        while not client.errors:
+            client.apply(await communicator.receive_json_from(timeout=10))
+        assert client.errors[0]["code"] == "shutting_down", client.errors
+        await communicator.send_json_to({"type": "attach"})
+        while not client.states:
+            client.apply(await communicator.receive_json_from(timeout=10))
+        assert client.states[-1] == "idle"
+    finally:
+        shutdown.resume_taking_turns()
+        await communicator.disconnect()
