@@ -184,3 +184,39 @@ def test_a_start_over_http_on_a_draining_process_is_503_shutting_down_with_retry
     assert response.status_code == 503, response.content
     assert response.json()["code"] == "shutting_down" and response["Retry-After"] == "1"
     assert not Message.objects.filter(conversation_id=conversation_id).exists()
+
+
+def test_reap_turns_hands_the_turns_it_resumed_off_on_sigterm(alice: Any) -> None:
+    """``manage.py reap_turns --resume --loop`` (a process that drives producers) drains on SIGTERM as a server does."""
+    import signal
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from agent_persistence.stores import turn_store
+    from agent_persistence.testing.family import frozen_clock
+    from tests.realtime.servers import ROOT, server_env
+
+    with frozen_clock(timezone.now() - timedelta(minutes=1)):
+        dead = turn_store().begin(alice, uuid.uuid4(), content="hello", known_agents={"scripted"}, agent="scripted")
+    env = {**server_env(str(connection.settings_dict["NAME"]), redis=False), "AP_SHUTDOWN_GRACE": "0.2",
+           "AP_REAPER_INTERVAL": "0.2"}
+    command = subprocess.Popen([sys.executable, "-m", "django", "reap_turns", "--resume", "--loop"], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while supervision_store().status(alice, dead.conversation_id).epoch == dead.epoch:
+            assert command.poll() is None and time.monotonic() < deadline, command.stdout.read()
+            time.sleep(0.05)
+        command.send_signal(signal.SIGTERM)
+        output, _ = command.communicate(timeout=15)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode == 0, output
+    assert "Shut down: 1 turn(s) handed off, 0 left for a reaper." in output, output
+    status = supervision_store().status(alice, dead.conversation_id)
+    assert (status.state, status.epoch) == ("handing_off", dead.epoch + 2), output
