@@ -17,9 +17,9 @@ only once every turn of the process has ended or been handed off. Route it in th
 or wrap any ASGI application (plain Django, or the router itself): ``application =
 with_lifespan(app)``. Run uvicorn with ``--lifespan on`` (``auto``, its default, works too).
 
-Daphne sends no lifespan events: wrap the application with :func:`with_lifespan`. Under daphne
-its first connection adds a Twisted "before shutdown" trigger that runs the same drain, and
-Twisted waits for it before the reactor stops (SIGTERM, SIGINT).
+Daphne sends no lifespan events: when the app is ready in a process where daphne installed its
+Twisted reactor, it adds a "before shutdown" trigger that runs the same drain, and Twisted waits
+for it before the reactor stops (SIGTERM, SIGINT). Nothing to configure.
 """
 
 from __future__ import annotations
@@ -60,25 +60,26 @@ _daphne_trigger_added = False
 
 
 def drain_before_twisted_shutdown() -> bool:
-    """Under daphne (Twisted's asyncio reactor running): drain this process before the reactor stops; once.
+    """Under daphne (Twisted's asyncio reactor installed): drain this process before the reactor stops; once.
 
-    Returns whether the trigger is in place. Called by :func:`with_lifespan` on the first connection;
-    a no-op elsewhere (no Twisted reactor runs).
+    Returns whether the trigger is in place. Called when the app is ready (daphne installs its
+    reactor before it loads the ASGI application) and by :func:`with_lifespan`; a no-op in a
+    process without a Twisted reactor.
     """
     global _daphne_trigger_added
     if _daphne_trigger_added:
         return True
-    reactor_module = sys.modules.get("twisted.internet.reactor")
-    if reactor_module is None or not getattr(reactor_module, "running", False):
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if reactor is None or type(reactor).__name__ != "AsyncioSelectorReactor":
         return False
     import asyncio
 
     from twisted.internet import defer
 
     def before_shutdown() -> Any:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(drain()))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(drain(), loop=reactor._asyncioEventloop))
 
-    reactor_module.addSystemEventTrigger("before", "shutdown", before_shutdown)
+    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
     _daphne_trigger_added = True
     return True
 
