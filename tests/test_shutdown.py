@@ -220,3 +220,22 @@ def test_reap_turns_hands_the_turns_it_resumed_off_on_sigterm(alice: Any) -> Non
     assert "Shut down: 1 turn(s) handed off, 0 left for a reaper." in output, output
     status = supervision_store().status(alice, dead.conversation_id)
     assert (status.state, status.epoch) == ("handing_off", dead.epoch + 2), output
+
+
+def test_a_turn_asked_to_hand_off_before_its_task_first_runs_is_handed_off_without_running_its_agent(alice: Any) -> None:
+    from agent_persistence.runtime.lifecycle import begin_turn, launch
+    from agent_persistence.runtime.producer import Supervisor
+
+    conversation_id = uuid.uuid4()
+
+    async def scenario() -> Any:
+        plan = await sync_to_async(begin_turn)(alice, conversation_id, content="hello", agent="scripted")
+        handle = launch(plan)
+        Supervisor.current().get(conversation_id).request_hand_off()  # no await since launch: the task never ran
+        return handle, await handle.task
+
+    handle, outcome = run(scenario())
+    assert outcome is Outcome.HANDED_OFF
+    assert TurnSupervision.objects.get(pk=conversation_id).status == "handed_off"
+    assert "in_flight" not in Event.objects.get(conversation_id=conversation_id, type="handed_off").data
+    assert not Message.objects.filter(pk=handle.message_id).exists()

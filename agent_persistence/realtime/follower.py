@@ -479,7 +479,7 @@ class Follower:
 
     async def send_status(self, state: str, message_id: uuid.UUID | None, run_id: Any, epoch: int) -> None:
         self.state = state
-        status = (state, message_id, run_id, epoch)
+        status = (state, message_id, str(run_id) if run_id else None, epoch)  # run ids come as UUIDs and as text
         if status == self.status:
             return
         self.status = status
@@ -621,7 +621,8 @@ class Follower:
                     "message_id": str(view.message_id),
                     "run_id": str(view.run_id) if view.run_id else None,
                 })
-        else:
+        elif not (self.status is not None and self.status[1] == view.message_id and view.epoch < self.status[3]):
+            # (A read that started before a newer producer's status was sent is stale: the turn's epoch never falls.)
             await self.send_status(view.state, view.message_id, view.run_id, view.epoch)
         interrupts = tuple(interrupt["id"] for interrupt in view.interrupts)
         if interrupts and interrupts != self.interrupts_sent:

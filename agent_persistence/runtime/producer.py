@@ -108,6 +108,8 @@ class Producer(TurnHost):
         self.sealing = False
         #: A hand-off waits for the tool call in flight (:meth:`step_done` cancels the agent then).
         self.stop_at_step = False
+        #: True once :meth:`drive` runs (a task cancelled before it first runs would never hand off).
+        self.running = False
         #: What the agent was doing when a hand-off stopped it: "model" (it waited for its model: that call is
         #: made again by the next producer) or "tool" (a tool call that outlived the grace, run again).
         self.in_flight: str | None = None
@@ -257,8 +259,12 @@ class Producer(TurnHost):
         if self.sealing:
             return
         if self.stop_reason is not None:
-            if reason is Outcome.FENCED:
+            if reason is Outcome.FENCED or self.stop_reason is Outcome.HANDED_OFF:
+                # A fence, or the turn's own stop (a cancel, the run time) while a hand-off waits: it wins.
                 self.stop_reason = reason
+                if self.stop_at_step and self.task is not None and not self.task.done():
+                    self.stop_at_step = False
+                    self.task.cancel()
             return
         self.stop_reason = reason
         if self.task is not None and not self.task.done():
@@ -276,6 +282,8 @@ class Producer(TurnHost):
             self.stop_reason = Outcome.HANDED_OFF
         elif self.stop_reason is not Outcome.HANDED_OFF:
             return
+        if not self.running:
+            return  # drive() sees the stop before it runs the agent
         if self.turn.tools_running and not force:
             self.stop_at_step = True
             return
@@ -289,8 +297,12 @@ class Producer(TurnHost):
         """Run the agent to an outcome and seal it; ``launch()`` registered the producer already."""
         supervisor = Supervisor.current()
         supervisor.add(self)
+        self.running = True
         try:
             while True:
+                if self.stop_reason is Outcome.HANDED_OFF:  # asked before the agent ran: nothing is in flight
+                    outcome, error = Outcome.HANDED_OFF, None
+                    break
                 outcome, error = await self._run_agent()
                 if self.fenced:
                     outcome = Outcome.FENCED

@@ -69,10 +69,11 @@ async def test_sigterm_hands_the_turn_to_the_other_server_with_no_gap_no_duplica
                 await receive_timed(follower_socket, client, arrivals)
             sigterm_at = time.monotonic()
             await sync_to_async(a.terminate)()
+            exited = asyncio.ensure_future(asyncio.to_thread(timed_wait, a))
             while client.final is None:
                 await receive_timed(follower_socket, client, arrivals, timeout=20)
-        exit_status = await sync_to_async(a.wait)(30)
-        exited_after = time.monotonic() - sigterm_at
+        exit_status, exited_at = await exited
+        exited_after = exited_at - sigterm_at
 
     # uvicorn re-raises the SIGTERM once its (lifespan) shutdown is over; the drain said what it did.
     assert exit_status in (0, -signal.SIGTERM), a.output()
@@ -85,7 +86,8 @@ async def test_sigterm_hands_the_turn_to_the_other_server_with_no_gap_no_duplica
         text += frame["text"]
     assert text == ANSWER
 
-    statuses = [frame for _, frame in arrivals if frame["type"] == "status"]
+    statuses = [(frame["state"], frame["epoch"], (frame["run_id"] or "")[-4:], type(frame["run_id"]).__name__)
+                for _, frame in arrivals if frame["type"] == "status"]
     handing_off = [index for index, (_, frame) in enumerate(arrivals)
                    if frame["type"] == "status" and frame["state"] == "handing_off"]
     if layer == "redis":  # announced: every follower hears of the hand-off before the new producer's frames
@@ -115,6 +117,12 @@ async def test_sigterm_hands_the_turn_to_the_other_server_with_no_gap_no_duplica
     assert "producer_lost" not in [event.type for event in events]
     # The tool call completed before SIGTERM: the resumed producer returned its recorded result.
     assert tool_log.read_text().splitlines() == ["start q1", "done q1"]
+
+
+def timed_wait(server: Server) -> tuple[int, float]:
+    """The server's exit status, and when it exited (``time.monotonic()``)."""
+    status = server.wait(30)
+    return status, time.monotonic()
 
 
 async def receive_timed(connection: Any, client: StreamClient, arrivals: list[tuple[float, dict[str, Any]]],
