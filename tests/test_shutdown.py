@@ -186,6 +186,7 @@ def test_a_start_over_http_on_a_draining_process_is_503_shutting_down_with_retry
     assert not Message.objects.filter(conversation_id=conversation_id).exists()
 
 
+@pytest.mark.e2e
 def test_reap_turns_hands_the_turns_it_resumed_off_on_sigterm(alice: Any) -> None:
     """``manage.py reap_turns --resume --loop`` (a process that drives producers) drains on SIGTERM as a server does."""
     import signal

@@ -26,17 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 class Server:
-    """One uvicorn process serving ``tests.realtime.asgi`` (``lifespan``: uvicorn's ``--lifespan``)."""
+    """One uvicorn (or, with ``program="daphne"``, daphne) process serving ``tests.realtime.asgi``.
 
-    def __init__(self, env: dict[str, str], name: str, lifespan: str = "off") -> None:
+    ``lifespan`` is uvicorn's ``--lifespan`` (daphne has none).
+    """
+
+    def __init__(self, env: dict[str, str], name: str, lifespan: str = "off", program: str = "uvicorn") -> None:
         self.port = free_port()
         self.name = name
         self.redis = "REDIS_URL" in env
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_ws_{os.getpid()}_{name}.log"
         self.log = self.log_path.open("w")
+        command = [sys.executable, "-m", "uvicorn", "tests.realtime.asgi:application", "--host", "127.0.0.1",
+                   "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", lifespan]
+        if program == "daphne":
+            command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "-v", "0",
+                       "tests.realtime.asgi:application"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.realtime.asgi:application", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", lifespan],
+            command,
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True,
         )
 
@@ -83,8 +90,8 @@ class Server:
         return self.log_path.read_text()[-5000:]
 
 
-def start_servers(env: dict[str, str], count: int = 2, lifespan: str = "off") -> list[Server]:
-    servers = [Server(env, f"server-{chr(ord('a') + i)}", lifespan) for i in range(count)]
+def start_servers(env: dict[str, str], count: int = 2, lifespan: str = "off", program: str = "uvicorn") -> list[Server]:
+    servers = [Server(env, f"server-{chr(ord('a') + i)}", lifespan, program) for i in range(count)]
     for server in servers:
         server.wait_ready()
     return servers
@@ -162,14 +169,14 @@ LAYERS = ["recording", pytest.param("redis", marks=pytest.mark.skipif(
 
 
 @contextmanager
-def running_servers(layer: str, lifespan: str = "off", **env: str) -> Iterator[list[Server]]:
+def running_servers(layer: str, lifespan: str = "off", program: str = "uvicorn", **env: str) -> Iterator[list[Server]]:
     """Two servers on the test database and ``layer`` (one of :data:`LAYERS`), ``env`` added; stopped after."""
     from django.db import connection
 
     if layer == "redis" and not os.environ.get("REDIS_URL"):
         pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
     running = start_servers({**server_env(str(connection.settings_dict["NAME"]), redis=layer == "redis"), **env},
-                            lifespan=lifespan)
+                            lifespan=lifespan, program=program)
     try:
         yield running
     finally:

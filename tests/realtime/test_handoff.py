@@ -39,12 +39,21 @@ GRACE = 0.3
 DEAD_AFTER = 1.0
 
 
-@pytest.fixture(params=LAYERS)
+#: The layers of :data:`LAYERS` under uvicorn (the ASGI lifespan), and Redis under daphne (Twisted's shutdown).
+SERVERS = [
+    pytest.param(("recording", "uvicorn"), id="recording"),
+    pytest.param(("redis", "uvicorn"), marks=LAYERS[1].marks, id="redis"),
+    pytest.param(("redis", "daphne"), marks=LAYERS[1].marks, id="redis-daphne"),
+]
+
+
+@pytest.fixture(params=SERVERS)
 def layer_servers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, list[Server], Path]]:
+    layer, program = request.param
     tool_log = tmp_path / "tool.log"
-    with running_servers(request.param, lifespan="on", AP_REAPER_INTERVAL=str(REAPER_INTERVAL),
+    with running_servers(layer, lifespan="on", program=program, AP_REAPER_INTERVAL=str(REAPER_INTERVAL),
                          AP_SHUTDOWN_GRACE=str(GRACE), AP_TOOL_LOG=str(tool_log)) as running:
-        yield request.param, running, tool_log
+        yield layer, running, tool_log
 
 
 @pytest.fixture
@@ -75,7 +84,7 @@ async def test_sigterm_hands_the_turn_to_the_other_server_with_no_gap_no_duplica
         exit_status, exited_at = await exited
         exited_after = exited_at - sigterm_at
 
-    # uvicorn re-raises the SIGTERM once its (lifespan) shutdown is over; the drain said what it did.
+    # uvicorn re-raises the SIGTERM once its (lifespan) shutdown is over, daphne exits 0; the drain said what it did.
     assert exit_status in (0, -signal.SIGTERM), a.output()
     assert "Shutdown: 1 turn(s) handed off (1 with a model call in flight" in a.output(), a.output()
     assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
