@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST = "tests/realtime/test_handoff.py::test_sigterm_hands_the_turn_to_the_other_server_with_no_gap_no_duplicate_and_a_short_stall"
+TEST = ("tests/realtime/test_handoff.py::"
+        "test_sigterm_hands_the_turn_to_the_other_server_with_no_gap_no_duplicate_and_a_short_stall")
 STALL = re.compile(r"hand-off stall \((\w+)\): (\d+) ms")
 
 

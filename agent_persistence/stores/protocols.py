@@ -157,7 +157,10 @@ class TurnStoreProtocol(Protocol):
         ...
 
     def resume(self, scope: Scope, conversation_id: Any, *, message_id: Any = None, replica: str = "") -> TurnPlan:
-        """Take over a dead producer's (or a handed-off) turn at epoch + 1 with a new run; Busy if alive, Gone if not running."""
+        """Take over a dead producer's (or a handed-off) turn at epoch + 1 with a new run.
+
+        Busy while its producer is alive, Gone when it is not running.
+        """
         ...
 
     def suspend(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int) -> bool:

@@ -498,7 +498,8 @@ class TurnStore(twins_of(TurnStoreProtocol)):
                 if not Conversation.objects.filter(pk=pk, epoch=conversation.epoch).update(epoch=released_at):
                     raise contended()  # the row is locked by us: only a writer ignoring the lock order gets here
                 finish_runs(open_runs(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
-                self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at, in_flight)], run_id=run_id)
+                event = handed_off_event(message_id, run_id, epoch, released_at, in_flight)
+                self.events.append(scope, pk, [event], run_id=run_id)
         except (Fenced, NotFound):
             return None
         return released_at

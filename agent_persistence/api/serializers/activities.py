@@ -84,7 +84,8 @@ class LiveTurnSerializer(serializers.Serializer):
 
     state = serializers.ChoiceField(
         choices=["alive", "dead", "handing_off"],
-        help_text="alive: tail it; dead: its producer died (resume it); handing_off: its server shuts down and another resumes it (tail it).",
+        help_text="alive: tail it; dead: its producer died (resume it); handing_off: its server shuts down and "
+        "another resumes it (tail it).",
     )
     message_id = serializers.UUIDField()
     run_id = serializers.UUIDField(allow_null=True)
