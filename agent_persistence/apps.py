@@ -17,6 +17,11 @@ class AgentPersistenceConfig(AppConfig):
 
         connect_realtime()
 
+        from .realtime.lifespan import drain_before_twisted_shutdown
+
+        # Under daphne (no ASGI lifespan): SIGTERM drains this process before the reactor stops.
+        drain_before_twisted_shutdown()
+
         from django.core.signals import request_started
 
         from .runtime.lifecycle import on_request_started

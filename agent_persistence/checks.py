@@ -126,6 +126,10 @@ def _check_numbers() -> list[Any]:
         cap = app_settings.raw(key)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             errors.append(Error(f"{SETTING_NAME}[{key!r}] must be a whole number, 1 or more, or None.", id="agent_persistence.E003"))
+    grace = app_settings.raw("SHUTDOWN_GRACE")
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+        errors.append(Error(f"{SETTING_NAME}['SHUTDOWN_GRACE'] must be a number of seconds, 0 or more, not {grace!r}.",
+                            id="agent_persistence.E003"))
     attempts = app_settings.raw("MAX_RESUME_ATTEMPTS")
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         errors.append(Error(f"{SETTING_NAME}['MAX_RESUME_ATTEMPTS'] must be a whole number, 1 or more.", id="agent_persistence.E003"))

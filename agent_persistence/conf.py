@@ -53,6 +53,9 @@ DEFAULTS: dict[str, Any] = {
     "PRODUCER_LOCK_TIMEOUT": 1.0,
     # Seconds a producer keeps retrying a seal the database refuses before it leaves the turn dead for the reaper.
     "SEAL_RETRY_FOR": 300.0,
+    # Seconds a shutting-down process (SIGTERM, ASGI lifespan shutdown) lets its turns run on; those
+    # still running then are handed off at their next step (agent_persistence.runtime.shutdown).
+    "SHUTDOWN_GRACE": 10.0,
     "REAPER_ENABLED": False,
     "REAPER_INTERVAL": 5.0,
     # Resumes of one turn that may fail (the producer died or raised before its seal) before the

@@ -3,8 +3,8 @@
 The API and the websocket protocol map them to statuses at their edge
 (``agent_persistence.api.errors``): NotFound 404, ConversationNotOwned 403,
 Conflict / Busy / PendingInterrupts 409, PreconditionFailed 412, Gone 410,
-StorageLimit 413, Validation 400, TooManyRequests 429 (with ``Retry-After`` when it
-says how long to wait).
+StorageLimit 413, Validation 400, TooManyRequests 429 and Unavailable /
+ShuttingDown 503 (with ``Retry-After`` when it says how long to wait).
 """
 
 from __future__ import annotations
@@ -102,3 +102,21 @@ class TooManyRequests(AgentPersistenceError):
     def __init__(self, message: str | None = None, *, retry_after: float | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.retry_after = retry_after
+
+
+class Unavailable(AgentPersistenceError):
+    """This process cannot take the request now; another replica (or a retry) can."""
+
+    code = "unavailable"
+    default_message = "This server cannot take the request now; try again."
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = 1.0, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class ShuttingDown(Unavailable):
+    """This process is draining (``SHUTDOWN_GRACE``): it starts, resumes and continues no turn; retry on another replica."""
+
+    code = "shutting_down"
+    default_message = "This server is shutting down and takes no new turn; retry on another server."

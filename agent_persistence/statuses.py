@@ -70,6 +70,8 @@ class TurnState(models.TextChoices):
     ERRORED = "errored", _("errored")
     #: Done, with questions waiting for an answer.
     INTERRUPTED = "interrupted", _("interrupted")
+    #: Its producer's process shut down and released it (stored ``handed_off``): any replica may claim it now.
+    HANDING_OFF = "handing_off", _("handing off")
 
 
 class SupervisionStatus(models.TextChoices):
@@ -78,6 +80,8 @@ class SupervisionStatus(models.TextChoices):
     RUNNING = "running", _("running")
     DONE = "done", _("done")
     ERRORED = "errored", _("errored")
+    #: Released by its producer at a shutdown (epoch + 1, no producer holds it): claimable at once, not finished.
+    HANDED_OFF = "handed_off", _("handed off")
 
 
 class GenerationKind(models.TextChoices):

@@ -479,6 +479,11 @@ def test_the_dashboard_links_to_the_dead_turns(admin_client: Any, db: Any) -> No
     assert dead.conversation.title in body and alive.conversation.title not in body
     body = admin_client.get(url("conversation_changelist") + "?live=alive").content.decode()
     assert alive.conversation.title in body and dead.conversation.title not in body
+    handed_off = supervised("web-2", heartbeat_age=0, status="handed_off")
+    body = admin_client.get(url("turnsupervision_changelist") + "?live=handing_off").content.decode()
+    assert handed_off.conversation.title in body and alive.conversation.title not in body and dead.conversation.title not in body
+    body = admin_client.get(url("conversation_changelist") + "?live=handing_off").content.decode()
+    assert handed_off.conversation.title in body and alive.conversation.title not in body
 
 
 def test_the_dashboard_needs_view_permission_on_supervision_and_costs_other_pages_nothing(admin_client: Any, db: Any) -> None:

@@ -211,3 +211,36 @@ def test_a_producer_that_dies_mid_answer_is_resumed_from_its_checkpoint(
     assert run_store().get(alice, resumed.run_id).status == "completed"
     assert event_types(alice, conversation_id) == ["status_running", "producer_lost", "status_running", "status_idle"]
     assert supervision_store().read(conversation_id).run_id == resumed.run_id
+
+
+def test_a_drain_hands_the_turn_off_and_a_resume_finishes_it_at_once_from_its_checkpoint(alice: Any, tmp_path: Any) -> None:
+    """The hand-off at a shutdown on the memory family: released at epoch + 1, listed for the reaper with no
+    DEAD_AFTER wait, resumed from the checkpoint with the tool's recorded result."""
+    from agent_persistence.runtime import shutdown
+
+    conversation_id = uuid.uuid4()
+    try:
+        async def drained() -> Any:
+            handle = await start_turn(alice, conversation_id, content="hello", agent="scripted")
+            await until(lambda: len(tool_runs(tmp_path)) == 2 and len(turn_store().read_turn(alice, conversation_id)
+                                                                      .record["message"]["content"]) > 0)
+            report = await shutdown.drain(grace=0)
+            return handle, await handle.task, report
+
+        handle, outcome, report = asyncio.run(drained())
+    finally:
+        shutdown.resume_taking_turns()
+    assert outcome is Outcome.HANDED_OFF and report.handed_off == 1
+    view = turn_store().read_turn(alice, conversation_id)
+    assert (view.state, view.epoch) == ("handing_off", handle.epoch + 1)
+    assert (alice, conversation_id, handle.message_id) in turn_store().dead_turns()
+
+    async def resumed() -> Any:
+        resume = await resume_turn(alice, conversation_id)
+        return resume, await resume.task
+
+    resume, outcome = asyncio.run(resumed())
+    assert outcome is Outcome.COMPLETED and resume.epoch == handle.epoch + 2
+    assert messages(alice, conversation_id)[-1].content == ANSWER
+    assert tool_runs(tmp_path) == ["start q1", "done q1"]
+    assert "producer_lost" not in event_types(alice, conversation_id)

@@ -25,16 +25,18 @@ def live_state_q(state: str, prefix: str = "") -> Q:
         return running & Q(**{f"{prefix}heartbeat_at__lt": cutoff})
     if state == "idle":
         return Q(**{f"{prefix}status__isnull": True})
+    if state == "handing_off":  # stored handed_off: released at a shutdown, claimable at once
+        return Q(**{f"{prefix}status": SupervisionStatus.HANDED_OFF})
     return Q(**{f"{prefix}status": state})
 
 
 class LiveStatusFilter(admin.SimpleListFilter):
-    """alive / dead / done / errored, as the live status column says."""
+    """alive / dead / handing_off / done / errored, as the live status column says."""
 
     title = _("live status")
     parameter_name = "live"
     prefix = ""
-    states = ("alive", "dead", "done", "errored")
+    states = ("alive", "dead", "handing_off", "done", "errored")
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(state, state) for state in self.states]
@@ -49,4 +51,4 @@ class ConversationLiveStatusFilter(LiveStatusFilter):
     """The same, for conversations (``idle``: no turn was ever claimed)."""
 
     prefix = "supervision__"
-    states = ("alive", "dead", "done", "errored", "idle")
+    states = ("alive", "dead", "handing_off", "done", "errored", "idle")

@@ -34,6 +34,7 @@ STATUS_BY_ERROR: list[tuple[type[domain.AgentPersistenceError], int]] = [
     (domain.Validation, status.HTTP_400_BAD_REQUEST),
     (domain.RangeNotSatisfiable, status.HTTP_416_REQUESTED_RANGE_NOT_SATISFIABLE),
     (domain.TooManyRequests, status.HTTP_429_TOO_MANY_REQUESTS),
+    (domain.Unavailable, status.HTTP_503_SERVICE_UNAVAILABLE),  # ShuttingDown too
 ]
 
 DRF_CODES = {

@@ -44,7 +44,7 @@ from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from ..runtime import hooks
-from .groups import BATCH_TYPE, PROBE_TYPE, RELAYS_GROUP, UPDATE_TYPE, conversation_group
+from .groups import BATCH_TYPE, HANDOFFS_GROUP, PROBE_TYPE, RELAYS_GROUP, UPDATE_TYPE, conversation_group
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,8 @@ class GroupSender:
     exceeds :data:`MAX_BATCH_UPDATES` updates or :data:`MAX_BATCH_TEXT`
     characters). Each message carries this sender's id and a ``sequence`` that
     grows by one per message, so a relay that misses one knows it. A seal is
-    also sent to its conversation's group, after the batch that holds it.
+    also sent to its conversation's group, and a hand-off to
+    :data:`.groups.HANDOFFS_GROUP` (the reapers), after the batch that holds it.
 
     ``enqueued`` and ``flushed`` count the updates put (:meth:`put`) and the
     updates whose flush is over (sent or failed); both grow in queue order, so
@@ -241,6 +242,9 @@ class GroupSender:
             except Exception as exc:  # noqa: BLE001 - reported to the caller, which logs it once per outage
                 failures.extend((update, exc) for _, update in part)
         seals = [(group, [update]) for group, update in updates if update["payload"].get("kind") == "sealed"]
+        handoffs = [update for _, update in updates if update["payload"].get("kind") == "handing_off"]
+        if handoffs:  # after the batch: a survivor's followers hear of it (and of the last deltas) first
+            seals.append((HANDOFFS_GROUP, handoffs))
         if seals:
             sent = await asyncio.gather(*(send_in_order(layer, group, messages) for group, messages in seals))
             failures.extend(failure for group_failures in sent for failure in group_failures)
@@ -600,6 +604,26 @@ def on_activity(update: hooks.ActivityUpdate) -> None:
         group_sender().put((conversation_group(update.conversation_id), group_message(update.conversation_id, payload)))
 
 
+def handoff_payload(update: hooks.HandOff) -> Payload:
+    """What followers and the other processes' reapers get of a hand-off: the turn, at the epoch it was released at."""
+    return {
+        "kind": "handing_off",
+        "message_id": str(update.message_id),
+        "run_id": str(update.run_id),
+        "epoch": update.released_at,
+        "from_epoch": update.epoch,
+    }
+
+
+def on_handoff(update: hooks.HandOff) -> None:
+    """The runtime's hand-off listener (on the producer's loop, after the hand-off committed): followers everywhere
+    see a ``handing_off`` status, and every other process's reaper hears of the turn (:mod:`.handoffs`)."""
+    payload = handoff_payload(update)
+    hub.publish(update.conversation_id, payload)
+    if layer_spans_processes():
+        group_sender().put((conversation_group(update.conversation_id), group_message(update.conversation_id, payload)))
+
+
 def on_conversation_updated(sender: Any, *, conversation_id: uuid.UUID, message_id: uuid.UUID, run_id: uuid.UUID, **kwargs: Any) -> None:
     """``conversation_updated`` (a turn was sealed): tell every socket of the conversation, on every process.
 
@@ -655,4 +679,10 @@ def connect() -> None:
         hooks.activity_listeners.append(on_activity)
     if drain not in hooks.announcement_flushers:
         hooks.announcement_flushers.append(drain)
+    if on_handoff not in hooks.handoff_listeners:
+        hooks.handoff_listeners.append(on_handoff)
+    from .handoffs import claim_handed_off_turns
+
+    if claim_handed_off_turns not in hooks.reaper_companions:
+        hooks.reaper_companions.append(claim_handed_off_turns)
     conversation_updated.connect(on_conversation_updated, dispatch_uid="agent_persistence.realtime.conversation_updated")

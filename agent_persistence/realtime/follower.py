@@ -30,7 +30,9 @@ An update is applied only if it is newer: a higher epoch, or the same epoch
 and a higher index (a resumed producer starts from the recording's index, so
 indexes keep rising across a takeover). The text sent is what the client
 lacks past its offset, so text a resumed producer streams again is never
-sent twice.
+sent twice. A hand-off (the producer's process shut down and released the
+turn) is a ``handing_off`` status, sent once, before the frames of the
+producer that resumes it; one that arrives after them is stale and dropped.
 """
 
 from __future__ import annotations
@@ -342,7 +344,7 @@ class Follower:
         if self.state == "alive":
             live = covered or time.monotonic() - self.last_live < app_settings.DEAD_AFTER / 2
             return app_settings.DEAD_AFTER / 2 if live else flush
-        if self.state == "dead":
+        if self.state in ("dead", "handing_off"):
             # Its seal may come from any process (a reaper, a command, a cancel): with the layer it is pushed
             # (read every DEAD_AFTER as a safety net), without it read at least every DEAD_TURN_POLL_MAX.
             if covered:
@@ -451,6 +453,9 @@ class Follower:
         if kind == "activities":
             await self.apply_activities(payload["activities"])
             return
+        if kind == "handing_off":
+            await self.apply_handoff(payload)
+            return
         self.last_live = time.monotonic()
         if not payload.get("relayed"):
             self.last_local = self.last_live
@@ -473,7 +478,7 @@ class Follower:
 
     async def send_status(self, state: str, message_id: uuid.UUID | None, run_id: Any, epoch: int) -> None:
         self.state = state
-        status = (state, message_id, run_id, epoch)
+        status = (state, message_id, str(run_id) if run_id else None, epoch)  # run ids come as UUIDs and as text
         if status == self.status:
             return
         self.status = status
@@ -533,7 +538,8 @@ class Follower:
             return False
         self.behind = False
         new_text = text[self.offset - base:]
-        if epoch > self.epoch and self.epoch and run_id is not None:
+        handed_off = self.state == "handing_off" and self.status is not None and epoch > self.status[3]
+        if run_id is not None and ((epoch > self.epoch and self.epoch) or handed_off):
             # A resumed producer: every follower learns the run and epoch that hold the turn now.
             await self.send_status("alive", message_id, run_id, epoch)
         self.epoch, self.index = epoch, index
@@ -547,6 +553,15 @@ class Follower:
         self.offset += len(new_text)
         await self.send(frame)
         return True
+
+    async def apply_handoff(self, payload: Payload) -> None:
+        """The producer of the turn the client follows released it (its process shut down): a ``handing_off``
+        status, unless the client already has the status of a newer producer (the announcement came late)."""
+        message_id = uuid.UUID(payload["message_id"])
+        status_epoch = self.status[3] if self.status is not None else 0
+        if message_id != self.message_id or message_id in self.finalized or payload["epoch"] <= status_epoch:
+            return
+        await self.send_status("handing_off", message_id, payload["run_id"], payload["epoch"])
 
     @staticmethod
     def seen_of(view: TurnView) -> tuple[Any, ...]:
@@ -605,7 +620,8 @@ class Follower:
                     "message_id": str(view.message_id),
                     "run_id": str(view.run_id) if view.run_id else None,
                 })
-        else:
+        elif not (self.status is not None and self.status[1] == view.message_id and view.epoch < self.status[3]):
+            # (A read that started before a newer producer's status was sent is stale: the turn's epoch never falls.)
             await self.send_status(view.state, view.message_id, view.run_id, view.epoch)
         interrupts = tuple(interrupt["id"] for interrupt in view.interrupts)
         if interrupts and interrupts != self.interrupts_sent:

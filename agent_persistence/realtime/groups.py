@@ -7,6 +7,9 @@
   :mod:`.delivery`). Each flush of a process's group sender is one message to
   it, carrying the updates of every conversation in the flush, and each relay
   probes the layer with a message to it.
+- :data:`HANDOFFS_GROUP`: the group every process's reaper joins (see
+  :mod:`.handoffs`): a process that hands a turn off at its shutdown sends it
+  the turn, and a survivor claims it at once.
 
 Conversation ids are UUIDs, so the hex form keeps a name within Channels'
 rules (ASCII letters, digits, hyphens, underscores and periods, under 100).
@@ -24,6 +27,8 @@ BATCH_TYPE = "agent_persistence.batch"
 PROBE_TYPE = "agent_persistence.probe"
 #: The group of every process's relay.
 RELAYS_GROUP = "agent_persistence.relays"
+#: The group of every process's hand-off listener (the reaper's companion, :mod:`.handoffs`).
+HANDOFFS_GROUP = "agent_persistence.handoffs"
 
 
 def conversation_group(conversation_id: uuid.UUID) -> str:

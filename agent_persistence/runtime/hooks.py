@@ -21,8 +21,9 @@ from typing import Any, Callable
 from ..signals import sealed_view, sealing
 
 __all__ = [
-    "ActivityUpdate", "FLUSH_TIMEOUT", "StreamUpdate", "activity_listeners", "announcement_flushers",
-    "flush_announcements", "publish", "publish_activity", "sealed_view", "sealing", "stream_listeners",
+    "ActivityUpdate", "FLUSH_TIMEOUT", "HandOff", "StreamUpdate", "activity_listeners", "announcement_flushers",
+    "flush_announcements", "handoff_listeners", "publish", "publish_activity", "publish_handoff", "reaper_companions",
+    "sealed_view", "sealing", "stream_listeners",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,37 @@ def publish_activity(update: ActivityUpdate) -> None:
             listener(update)
         except Exception:  # noqa: BLE001 - delivery must never break the turn
             logger.exception("An activity listener failed for conversation %s", update.conversation_id)
+
+
+@dataclass(frozen=True, slots=True)
+class HandOff:
+    """A producer (``epoch``) of this process released its turn at a shutdown, at ``released_at`` (epoch + 1)."""
+
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    run_id: uuid.UUID
+    epoch: int
+    released_at: int
+
+
+HandOffListener = Callable[[HandOff], None]
+
+#: Called on the producer's event loop once a hand-off has committed; ``agent_persistence.realtime``
+#: registers one that tells followers (a ``handing_off`` status) and the other processes' reapers.
+handoff_listeners: list[HandOffListener] = []
+
+
+def publish_handoff(update: HandOff) -> None:
+    for listener in handoff_listeners:
+        try:
+            listener(update)
+        except Exception:  # noqa: BLE001 - the turn is released anyway; a sweep of any reaper finds it
+            logger.exception("A hand-off listener failed for conversation %s", update.conversation_id)
+
+
+#: Coroutine functions run beside the in-process reaper, on its loop, for as long as it runs;
+#: ``agent_persistence.realtime`` registers one that claims the turns other processes hand off.
+reaper_companions: list[Callable[[], Any]] = []
 
 
 #: Awaited by :func:`flush_announcements`; ``agent_persistence.realtime`` registers one that waits until this

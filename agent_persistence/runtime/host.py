@@ -46,3 +46,7 @@ class TurnHost(Protocol):
     async def persist(self, what: str, write: Callable[[], Awaitable[Any]]) -> Any:
         """Await ``write()``, retried while the database refuses it (``SEAL_RETRY_FOR``); its result."""
         ...
+
+    def step_done(self) -> None:
+        """A tool call and its checkpoint are done: a stop that waits for a step boundary (a hand-off) may act."""
+        ...

@@ -20,7 +20,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..conf import app_settings
-from ..exceptions import Busy, Conflict, ConversationNotOwned
+from ..exceptions import Busy, Conflict, ConversationNotOwned, Gone, NotFound, ShuttingDown
 from ..scope import Scope
 from ..statuses import TurnState
 from ..stores import conversation_store, run_store, supervision_store, turn_store
@@ -30,6 +30,7 @@ from . import hooks
 from .agents import get_agent
 from .outcomes import SEALS, Outcome
 from .producer import Producer, Supervisor, replica_id
+from .shutdown import is_draining, refuse_if_draining
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,10 @@ def begin_turn(scope: Scope, conversation_id: Any, *, content: Any, agent: str |
                message_id: Any = None, user_message_id: Any = None, metadata: dict[str, Any] | None = None) -> TurnPlan:
     """Store the user message, claim the conversation and create the run, in one transaction.
 
-    Refusals (PendingInterrupts, Busy, Validation, ...) roll everything back.
+    Refusals (PendingInterrupts, Busy, Validation, ...) roll everything back; ShuttingDown (503)
+    while this process drains, before anything is written.
     """
+    refuse_if_draining()
     return turn_store().begin(
         scope, conversation_id, content=content, known_agents=app_settings.AGENTS, agent=agent,
         message_id=message_id, user_message_id=user_message_id, metadata=metadata, replica=replica_id(),
@@ -133,8 +136,10 @@ def begin_continuation(scope: Scope, conversation_id: Any, answers: list[dict[st
 
     An interrupted run gets a continuation run; a turn whose producer died
     before it could go idle is taken over; a live producer sees the answers
-    itself. A repeated identical batch returns the first outcome and starts nothing.
+    itself. A repeated identical batch returns the first outcome and starts nothing. ShuttingDown
+    (503, nothing stored) while this process drains.
     """
+    refuse_if_draining()
     return turn_store().continue_after_answers(scope, conversation_id, answers, resolved_by=resolved_by,
                                                replica=replica_id())
 
@@ -152,8 +157,10 @@ async def continue_turn(scope: Scope, conversation_id: Any, answers: list[dict[s
 def begin_resume(scope: Scope, conversation_id: Any, *, message_id: Any = None) -> TurnPlan:
     """Claim a dead producer's turn at epoch + 1 for a new run; its open runs are recorded as lost.
 
-    A live turn is Busy (409); a finished one, or none, is Gone (410).
+    A live turn is Busy (409); a finished one, or none, is Gone (410); ShuttingDown (503) while this
+    process drains. A handed-off turn is claimed at once.
     """
+    refuse_if_draining()
     return turn_store().resume(scope, conversation_id, message_id=message_id, replica=replica_id())
 
 
@@ -187,7 +194,7 @@ async def cancel_turn(scope: Scope, conversation_id: Any) -> Any:
         producer.stop(Outcome.CANCELLED)
         return run
     status = await supervision_store().astatus(scope, run.conversation_id)
-    if status.state == TurnState.DEAD:
+    if status.state in (TurnState.DEAD, TurnState.HANDING_OFF):
         await sync_to_async(close_out_dead_turn)(scope, run.conversation_id, Outcome.CANCELLED)
         # The seal's layer message is queued on this loop: see it sent before a caller's loop can end.
         await hooks.flush_announcements()
@@ -227,7 +234,7 @@ def stop_turn_now(conversation_id: uuid.UUID) -> Any:
     """
     scope = turn_store().scope_of(conversation_id)
     run = request_stop(scope, conversation_id)
-    if supervision_store().status(scope, conversation_id).state == TurnState.DEAD:
+    if supervision_store().status(scope, conversation_id).state in (TurnState.DEAD, TurnState.HANDING_OFF):
         close_out_dead_turn(scope, run.conversation_id, Outcome.CANCELLED)
     return run
 
@@ -286,6 +293,8 @@ async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
     A turn whose resumes have failed ``MAX_RESUME_ATTEMPTS`` times is closed out as errored
     (``resume_attempts_exhausted``) instead of resumed again, so no turn makes a reaper loop.
     """
+    if resume and is_draining():
+        return []  # a shutting-down process takes no turn
     dead = await turn_store().adead_turns(limit=limit)
     handled = []
     closed_out = not resume
@@ -310,15 +319,40 @@ async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
 
 
 async def reap_forever() -> None:
-    """The in-process reaper (``REAPER_ENABLED``): resume dead turns here every ``REAPER_INTERVAL``."""
-    while True:
-        await asyncio.sleep(app_settings.REAPER_INTERVAL)
-        if not app_settings.REAPER_ENABLED:
-            continue  # turned off since it started (settings overridden at run time, e.g. in tests)
-        try:
-            await reap_dead_turns(resume=True)
-        except Exception:  # noqa: BLE001 - keep sweeping through a database outage
-            logger.exception("The reaper's sweep failed; retrying.")
+    """The in-process reaper (``REAPER_ENABLED``): resume dead turns here every ``REAPER_INTERVAL``.
+
+    Its companions (:data:`.hooks.reaper_companions`, e.g. the realtime layer's listener that claims
+    the turns other processes hand off) run beside it, on its loop, and stop with it.
+    """
+    companions = [asyncio.get_running_loop().create_task(companion(), name="agent_persistence.reaper.companion")
+                  for companion in hooks.reaper_companions]
+    try:
+        while True:
+            await asyncio.sleep(app_settings.REAPER_INTERVAL)
+            if not app_settings.REAPER_ENABLED:
+                continue  # turned off since it started (settings overridden at run time, e.g. in tests)
+            try:
+                await reap_dead_turns(resume=True)
+            except Exception:  # noqa: BLE001 - keep sweeping through a database outage
+                logger.exception("The reaper's sweep failed; retrying.")
+    finally:
+        for companion in companions:
+            companion.cancel()
+
+
+async def take_handed_off(conversation_id: uuid.UUID, message_id: uuid.UUID) -> TurnHandle | None:
+    """Resume, here, a turn another process announced it handed off; None when another process was first.
+
+    Called by the reaper's companion that hears the announcement (so only where a reaper runs). A
+    turn already claimed elsewhere is Busy, one that ended is Gone: both are someone else's now.
+    """
+    if is_draining() or not app_settings.REAPER_ENABLED:
+        return None
+    try:
+        scope = await sync_to_async(turn_store().scope_of)(conversation_id)
+        return await resume_turn(scope, conversation_id, message_id=message_id)
+    except (Busy, Gone, NotFound, ShuttingDown):
+        return None
 
 
 __all__ = [
@@ -335,4 +369,5 @@ __all__ = [
     "resume_turn",
     "start_turn",
     "stop_turn_now",
+    "take_handed_off",
 ]

@@ -22,8 +22,12 @@ class Outcome(str, enum.Enum):
     INTERRUPTED = "interrupted"
     #: A newer epoch holds the conversation, or the conversation is gone: nothing is written.
     FENCED = "fenced"
-    #: This process is shutting down: nothing is written; the turn is resumed elsewhere.
+    #: The run stopped without a hand-off (its loop ended): nothing is written; the turn reads dead after
+    #: ``DEAD_AFTER`` and is resumed elsewhere.
     ABANDONED = "abandoned"
+    #: This process is shutting down (``SHUTDOWN_GRACE`` ran out): recording and checkpoint flushed, the turn
+    #: released as ``handed_off`` at epoch + 1 and announced, so another process resumes it at once.
+    HANDED_OFF = "handed_off"
 
 
 #: What each sealed outcome writes.

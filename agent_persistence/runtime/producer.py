@@ -20,6 +20,13 @@ Seal order: flush the recording, stop the heartbeat, write the terminal status
 (the assistant message, the run, the supervision row, the conversation's
 ``last_turn_status`` and a ``status_idle`` event, in one fenced transaction).
 A fenced producer writes nothing more.
+
+A hand-off (:meth:`Producer.request_hand_off`, at a shutdown: see
+:mod:`.shutdown`) stops the agent at its next step boundary (a tool call in
+flight finishes and is checkpointed first), then writes in the same order:
+the recording, the checkpoint, and the release of the turn as ``handed_off``
+at epoch + 1 (:meth:`~agent_persistence.stores.turns.TurnStore.hand_off`,
+one fenced transaction), and announces it (:data:`.hooks.handoff_listeners`).
 """
 
 from __future__ import annotations
@@ -99,6 +106,15 @@ class Producer(TurnHost):
         self.fenced = False
         self.stop_reason: Outcome | None = None
         self.sealing = False
+        #: A hand-off waits for the tool call in flight (:meth:`step_done` cancels the agent then).
+        self.stop_at_step = False
+        #: True once :meth:`drive` runs (a task cancelled before it first runs would never hand off).
+        self.running = False
+        #: What the agent was doing when a hand-off stopped it: "model" (it waited for its model: that call is
+        #: made again by the next producer) or "tool" (a tool call that outlived the grace, run again).
+        self.in_flight: str | None = None
+        #: The epoch the turn was released at by this producer's hand-off (None: not handed off).
+        self.released_at: int | None = None
         self.started = time.monotonic()
         self.last_checkpoint = time.monotonic()
         self.task: asyncio.Task[Outcome] | None = None
@@ -212,6 +228,12 @@ class Producer(TurnHost):
                 )
                 await asyncio.sleep(delay)
 
+    def step_done(self) -> None:
+        if self.stop_at_step:
+            self.stop_at_step = False
+            if self.task is not None and not self.task.done() and not self.sealing:
+                self.task.cancel()  # at the agent's next await: its tool call is recorded and checkpointed
+
     # -- called by the supervisor ------------------------------------------------------------
 
     def recording(self) -> dict[str, Any]:
@@ -237,12 +259,37 @@ class Producer(TurnHost):
         if self.sealing:
             return
         if self.stop_reason is not None:
-            if reason is Outcome.FENCED:
+            if reason is Outcome.FENCED or self.stop_reason is Outcome.HANDED_OFF:
+                # A fence, or the turn's own stop (a cancel, the run time) while a hand-off waits: it wins.
                 self.stop_reason = reason
+                if self.stop_at_step and self.task is not None and not self.task.done():
+                    self.stop_at_step = False
+                    self.task.cancel()
             return
         self.stop_reason = reason
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+    def request_hand_off(self, *, force: bool = False) -> None:
+        """Stop the agent for a hand-off (this process shuts down): at once, or once its tool call in flight is done.
+
+        ``force`` stops it even inside a tool call (the call is then made again by the next producer).
+        A producer already stopping for another reason (a cancel, a fence), or sealing, is left to it.
+        """
+        if self.sealing or self.task is None or self.task.done():
+            return
+        if self.stop_reason is None:
+            self.stop_reason = Outcome.HANDED_OFF
+        elif self.stop_reason is not Outcome.HANDED_OFF:
+            return
+        if not self.running:
+            return  # drive() sees the stop before it runs the agent
+        if self.turn.tools_running and not force:
+            self.stop_at_step = True
+            return
+        self.stop_at_step = False
+        self.in_flight = "tool" if self.turn.tools_running else "model"
+        self.task.cancel()
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -250,8 +297,12 @@ class Producer(TurnHost):
         """Run the agent to an outcome and seal it; ``launch()`` registered the producer already."""
         supervisor = Supervisor.current()
         supervisor.add(self)
+        self.running = True
         try:
             while True:
+                if self.stop_reason is Outcome.HANDED_OFF:  # asked before the agent ran: nothing is in flight
+                    outcome, error = Outcome.HANDED_OFF, None
+                    break
                 outcome, error = await self._run_agent()
                 if self.fenced:
                     outcome = Outcome.FENCED
@@ -303,6 +354,9 @@ class Producer(TurnHost):
 
     async def _seal(self, outcome: Outcome, error: dict[str, str] | None) -> None:
         supervisor = Supervisor.current()
+        if outcome is Outcome.HANDED_OFF:
+            await self._hand_off()
+            return
         if outcome in (Outcome.FENCED, Outcome.ABANDONED):
             return
         give_up_at = time.monotonic() + app_settings.SEAL_RETRY_FOR
@@ -344,6 +398,49 @@ class Producer(TurnHost):
                 )
                 await asyncio.sleep(delay)
 
+    async def _hand_off(self) -> None:
+        """Flush the recording, save the checkpoint and release the turn at epoch + 1; announce it.
+
+        One attempt each, without the seal's retries: the process is going away. A write the
+        database refuses leaves the turn running with no heartbeat, so it reads dead after
+        ``DEAD_AFTER`` and is taken over as after a crash.
+        """
+        supervisor = Supervisor.current()
+        plan = self.plan
+        try:
+            await recording_store().aput(**self.recording())
+            self.recording_dirty = False
+            supervisor.remove(self)
+            self.last_checkpoint = time.monotonic()
+            checkpoint = self.checkpoint()
+            await checkpoint_store().asave(checkpoint.pop("conversation_id"), **checkpoint)
+            self.released_at = await turn_store().ahand_off(
+                plan.scope, self.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=self.epoch,
+                in_flight=self.in_flight,
+            )
+        except (Fenced, NotFound):
+            self.fenced = True
+            logger.info("Producer of conversation %s was fenced while handing off.", self.conversation_id)
+            return
+        except Exception:  # noqa: BLE001 - the database refused: the turn is taken over as after a crash
+            supervisor.remove(self)
+            logger.warning(
+                "Could not hand off turn %s (run %s, epoch %s) of conversation %s; it reads dead after DEAD_AFTER.",
+                plan.message_id, plan.run_id, self.epoch, self.conversation_id, exc_info=True,
+            )
+            return
+        if self.released_at is None:
+            self.fenced = True
+            return
+        if self.in_flight is not None:
+            logger.warning(
+                "Turn %s of conversation %s was handed off with a %s call in flight; the next producer makes it again.",
+                plan.message_id, self.conversation_id, self.in_flight,
+            )
+        hooks.publish_handoff(hooks.HandOff(
+            self.conversation_id, plan.message_id, plan.run_id, self.epoch, self.released_at,
+        ))
+
     def _seal_interrupted(self) -> bool:
         """Record the run as interrupted and release the conversation, unless every question is answered.
 
@@ -355,6 +452,38 @@ class Producer(TurnHost):
         return turn_store().suspend(
             plan.scope, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=self.epoch
         )
+
+
+#: Seconds a drain waits for its stopped producers to write their hand-off, after the grace.
+HAND_OFF_TIMEOUT = 5.0
+
+
+class DrainReport:
+    """What a drain did: turns handed off, model and tool calls they had in flight, turns left to the reaper."""
+
+    def __init__(self) -> None:
+        self.handed_off = 0
+        #: Handed-off turns whose agent waited for its model: that call is made again (paid twice).
+        self.model_calls_in_flight = 0
+        #: Handed-off turns stopped inside a tool call that outlived the second grace: that call runs again.
+        self.tool_calls_in_flight = 0
+        #: Turns that could not be handed off (fenced, a database error, stuck): a reaper takes them over.
+        self.left = 0
+
+    def count(self, producer: Producer) -> None:
+        if producer.released_at is not None:
+            self.handed_off += 1
+            self.model_calls_in_flight += producer.in_flight == "model"
+            self.tool_calls_in_flight += producer.in_flight == "tool"
+        elif producer.stop_reason is Outcome.HANDED_OFF:
+            self.left += 1
+
+    def add(self, other: "DrainReport") -> None:
+        for name in ("handed_off", "model_calls_in_flight", "tool_calls_in_flight", "left"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in ("handed_off", "model_calls_in_flight", "tool_calls_in_flight", "left")}
 
 
 def _beat(entries: list[tuple[uuid.UUID, int]], run_ids: list[uuid.UUID]) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
@@ -389,6 +518,44 @@ class Supervisor:
         """Run ``reaper()`` on this loop, once (the lifecycle module passes its sweep)."""
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(reaper(), name="agent_persistence.reaper")
+
+    def stop_reaper(self) -> None:
+        """Stop this loop's reaper (and its companions): a draining process takes no turn."""
+        if self._reaper is not None and not self._reaper.done():
+            self._reaper.cancel()
+
+    async def drain(self, grace: float) -> "DrainReport":
+        """Let this loop's turns run for ``grace`` seconds, then hand off those still running.
+
+        A turn that ends meanwhile is sealed as usual. The others are stopped at their next step
+        boundary (a tool call in flight finishes first, for at most another ``grace``; then it is
+        stopped too) and handed off. Returns what happened to each.
+        """
+        report = DrainReport()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while True:  # a turn may start meanwhile (claimed before the refusal): it is drained too
+            running = [p.task for p in self.producers.values() if p.task is not None and not p.task.done()]
+            remaining = deadline - loop.time()
+            if not running or remaining <= 0:
+                break
+            await asyncio.wait(running, timeout=remaining)
+        drained = list(self.producers.values())
+        for producer in drained:
+            producer.request_hand_off()
+        await self._wait(drained, grace)
+        for producer in drained:
+            producer.request_hand_off(force=True)
+        await self._wait(drained, HAND_OFF_TIMEOUT)
+        for producer in drained:
+            report.count(producer)
+        return report
+
+    @staticmethod
+    async def _wait(producers: list[Producer], timeout: float) -> None:
+        tasks = [p.task for p in producers if p.task is not None and not p.task.done()]
+        if tasks and timeout > 0:
+            await asyncio.wait(tasks, timeout=timeout)
 
     def get(self, conversation_id: uuid.UUID) -> Producer | None:
         return self.producers.get(conversation_id)

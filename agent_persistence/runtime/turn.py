@@ -76,6 +76,8 @@ class Turn:
         self._answers = answers or {}
         # The transcripts of the subagents still open in this turn, by key (checkpointed with the text).
         self._subagent_transcripts: dict[str, list[dict[str, Any]]] = subagents or {}
+        #: Tool calls running now (with their checkpoint): a hand-off waits for them, a step boundary.
+        self.tools_running = 0
 
     @property
     def user_message(self) -> Message | None:
@@ -200,10 +202,16 @@ class Turn:
                     result["cancelled"] = True
                 await self._record_tool(call_id, name, arguments, result)
                 return result
-        result = func(**arguments)
-        if inspect.isawaitable(result):
-            result = await result
-        await self._record_tool(call_id, name, arguments, result)
+        self.tools_running += 1
+        try:
+            result = func(**arguments)
+            if inspect.isawaitable(result):
+                result = await result
+            await self._record_tool(call_id, name, arguments, result)
+        finally:
+            self.tools_running -= 1
+        if not self.tools_running:
+            self._host.step_done()
         return result
 
     async def _record_tool(self, call_id: str, name: str, arguments: dict[str, Any], result: Any) -> None:

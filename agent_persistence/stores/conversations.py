@@ -237,7 +237,9 @@ def check_no_running_turn(pk: uuid.UUID) -> None:
     cannot change before the caller's transaction ends.
     """
     running = (
-        TurnSupervision.objects.filter(pk=pk, status=SupervisionStatus.RUNNING).values_list("message_id", flat=True).first()
+        # A handed-off turn runs on too, in whichever replica claims it.
+        TurnSupervision.objects.filter(pk=pk, status__in=(SupervisionStatus.RUNNING, SupervisionStatus.HANDED_OFF))
+        .values_list("message_id", flat=True).first()
     )
     if running is not None:
         raise turn_running(running)

@@ -97,7 +97,8 @@ class Seal:
 class TurnView:
     """One read of a conversation's turn, for followers and the stream endpoint.
 
-    ``state`` is "idle", "alive", "dead", "done", "errored" or "interrupted"
+    ``state`` is "idle", "alive", "dead", "handing_off" (released at a
+    shutdown, claimable at once), "done", "errored" or "interrupted"
     (done, with pending interrupts). ``run_id`` and ``epoch`` name the run
     that holds the turn now (after a takeover, the resumed run).
     """
@@ -156,7 +157,10 @@ class TurnStoreProtocol(Protocol):
         ...
 
     def resume(self, scope: Scope, conversation_id: Any, *, message_id: Any = None, replica: str = "") -> TurnPlan:
-        """Take over a dead producer's turn at epoch + 1 with a new run; Busy if alive, Gone if not running."""
+        """Take over a dead producer's (or a handed-off) turn at epoch + 1 with a new run.
+
+        Busy while its producer is alive, Gone when it is not running.
+        """
         ...
 
     def suspend(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int) -> bool:
@@ -182,6 +186,17 @@ class TurnStoreProtocol(Protocol):
         """Write the turn's end: assistant message, run, supervision row, last_turn_status, event.
 
         False (nothing written) when fenced or the conversation is gone.
+        """
+        ...
+
+    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
+                 in_flight: str | None = None) -> int | None:
+        """Release the turn ``epoch`` produces at a shutdown (one fenced transaction); the epoch it is released at.
+
+        The supervision row becomes ``handed_off`` at the conversation's next epoch (``epoch`` is fenced),
+        the turn's open runs are aborted with ``handed_off`` and a ``handed_off`` event is appended (its
+        ``in_flight``, "model" or "tool", says what the next producer makes again); the turn does not end: :meth:`resume` claims it at once and :meth:`dead_turns` lists it. None
+        (nothing written) when fenced or the conversation is gone.
         """
         ...
 
@@ -229,7 +244,7 @@ class TurnStoreProtocol(Protocol):
         ...
 
     def dead_turns(self, *, now: datetime | None = None, limit: int = 100) -> list[tuple[Scope, uuid.UUID, uuid.UUID]]:
-        """``(owner scope, conversation id, message id)`` of turns whose producer is dead, oldest first."""
+        """``(owner scope, conversation id, message id)`` of turns whose producer is dead or that were handed off, oldest first."""
         ...
 
 

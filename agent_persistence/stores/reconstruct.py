@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from ..models import Activity, Conversation, Interrupt, Message, Run
     from .protocols import TurnView
 
-#: Turn states with a producer to tail (alive) or to resume (dead).
-RUNNING_STATES = frozenset({"alive", "dead"})
+#: Turn states with a producer to tail (alive, or handing_off: another server takes it on at once) or to resume (dead).
+RUNNING_STATES = frozenset({"alive", "dead", "handing_off"})
 #: Turn states whose assistant message may not be written yet (running, or parked on a question).
 UNSEALED_STATES = RUNNING_STATES | {"interrupted"}
 #: Nesting of subagent cards beyond which children are not followed (a guard, not a limit anyone meets).

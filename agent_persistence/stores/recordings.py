@@ -120,7 +120,9 @@ class RecordingStore(twins_of(RecordingStoreProtocol)):
         limit = app_settings.SWEEP_BATCH_SIZE if limit is None else limit
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
-        purgeable = Q(updated_at__lt=cutoff) & ~Q(conversation__supervision__status=SupervisionStatus.RUNNING)
+        purgeable = Q(updated_at__lt=cutoff) & ~Q(
+            conversation__supervision__status__in=(SupervisionStatus.RUNNING, SupervisionStatus.HANDED_OFF)
+        )
         batch = list(
             StreamRecording.objects.filter(purgeable).order_by("updated_at", "pk").values_list("pk", flat=True)[:limit]
         )

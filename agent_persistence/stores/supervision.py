@@ -40,6 +40,7 @@ from .fencing import (
 from .protocols import SupervisionStoreProtocol
 from .rules.supervision import (
     FINISHED_STATUSES,
+    OPEN_STATUSES,
     RUNNING,
     Claim,
     PreviousTurn,
@@ -48,7 +49,9 @@ from .rules.supervision import (
     clean_replica,
     clean_run_id,
     clean_status,
+    is_claimable,
     is_dead,
+    is_waiting,
     occupant_of,
     status_of,
 )
@@ -165,7 +168,7 @@ class SupervisionStore(twins_of(SupervisionStoreProtocol)):
         pk = lookup_id(conversation_id)
         with transaction.atomic():
             row, conversation = _lock_turn(pk, lambda: writable_conversation(scope, pk, for_update=True))
-            if row is not None and row.status == RUNNING and not is_dead(row, now):
+            if row is not None and is_waiting(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             return _take(conversation, row, values, now)
 
@@ -190,9 +193,9 @@ class SupervisionStore(twins_of(SupervisionStoreProtocol)):
         pk = lookup_id(conversation_id)
         with transaction.atomic():
             row, conversation = _lock_turn(pk, lambda: writable_conversation(scope, pk, for_update=True))
-            if row is None or row.message_id != message_id or row.status != RUNNING:
+            if row is None or row.message_id != message_id or row.status not in OPEN_STATUSES:
                 raise Gone("This turn is not running, so it cannot be resumed.", code="turn_not_resumable")
-            if not is_dead(row, now):
+            if not is_claimable(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             values = {
                 "status": RUNNING,
@@ -249,9 +252,9 @@ class SupervisionStore(twins_of(SupervisionStoreProtocol)):
         pk = lookup_id(conversation_id)
         with transaction.atomic():
             row, conversation = _lock_turn(pk, lambda: _lock_conversation(pk))
-            if row is None or row.status != RUNNING:
+            if row is None or row.status not in OPEN_STATUSES:
                 return False
-            released = TurnSupervision.objects.filter(pk=pk, epoch=row.epoch, status=RUNNING).update(
+            released = TurnSupervision.objects.filter(pk=pk, epoch=row.epoch, status=row.status).update(
                 status=SupervisionStatus.ERRORED, heartbeat_at=timezone.now()
             )
             raised = Conversation.objects.filter(pk=pk, epoch=conversation.epoch).update(epoch=conversation.epoch + 1)

@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, Collection
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -50,13 +51,17 @@ from .events import EventStore
 from .fencing import LOCK_ATTEMPTS, contended, fence, limit_lock_wait, lock_turn
 from .interrupts import InterruptStore
 from .protocols import Continuation, Seal, TurnPlan, TurnStoreProtocol, TurnView
+from .rules.supervision import HANDED_OFF, OPEN_STATUSES, is_claimable, is_waiting
 from .rules.turns import (
     FORCE_RELEASED,
+    HANDED_OFF as HANDED_OFF_ERROR,
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
+    clean_in_flight,
     clean_known_agents,
     clean_seal,
+    handed_off_event,
     idle_event,
     lost_event,
     running_event,
@@ -66,7 +71,7 @@ from .rules.turns import (  # re-exported: these rules moved to agent_persistenc
     event_data as event_data,
 )
 from .runs import clean_error
-from .supervision import clean_replica, is_dead, occupant_of, status_of
+from .supervision import clean_lease_epoch, clean_replica, occupant_of, status_of
 from .twins import twins_of
 
 # -- locking ----------------------------------------------------------------------------------
@@ -248,11 +253,12 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             pending = pending_ids(pk)
             if pending:
                 raise PendingInterrupts(pending=[str(interrupt_id) for interrupt_id in pending])
-            if row is not None and row.status == SupervisionStatus.RUNNING and not is_dead(row, now):
+            if row is not None and is_waiting(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             events = []
-            if row is not None and row.status == SupervisionStatus.RUNNING:
-                # A new turn replaces a dead producer's: record the old one as lost, not running forever.
+            if row is not None and row.status in OPEN_STATUSES:
+                # A new turn replaces a dead producer's (or one handed off that no replica claimed within
+                # DEAD_AFTER): record the old one as lost, not running forever.
                 events.append(lost_event(row.message_id, row.epoch))
                 finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, PRODUCER_LOST, now)
             epoch = conversation.epoch + 1
@@ -339,7 +345,7 @@ class TurnStore(twins_of(TurnStoreProtocol)):
                     scope, pk, [running_event(interrupted.message_id, run_id, epoch, continuation=True)], run_id=run_id
                 )
                 message_id, took_over = interrupted.message_id, False
-            elif row is not None and row.status == SupervisionStatus.RUNNING and is_dead(row, now):
+            elif row is not None and row.status in OPEN_STATUSES and is_claimable(row, now):
                 run_id = uuid7()
                 message_id, took_over = row.message_id, True
                 epoch, agent_name = self._take_over(scope, conversation, row, run_id=run_id, replica=replica, now=now)
@@ -350,7 +356,8 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         return Continuation(resolved, plan, took_over)
 
     def resume(self, scope: Scope, conversation_id: Any, *, message_id: Any = None, replica: str = "") -> TurnPlan:
-        """Take over a dead producer's turn at epoch + 1 with a new run; its open runs are recorded as lost.
+        """Take over a dead producer's (or a handed-off) turn at epoch + 1 with a new run; a dead producer's
+        open runs are recorded as lost.
 
         A live turn is Busy (409); a finished one, another turn, or none is Gone (410).
         """
@@ -365,11 +372,11 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             now = timezone.now()
             if (
                 row is None
-                or row.status != SupervisionStatus.RUNNING
+                or row.status not in OPEN_STATUSES
                 or (wanted is not None and row.message_id != wanted)
             ):
                 raise Gone("This turn is not running, so it cannot be resumed.", code="turn_not_resumable")
-            if not is_dead(row, now):
+            if not is_claimable(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             epoch, agent_name = self._take_over(scope, conversation, row, run_id=run_id, replica=replica, now=now)
         return self._plan(scope, pk, message_id=row.message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
@@ -377,20 +384,21 @@ class TurnStore(twins_of(TurnStoreProtocol)):
 
     def _take_over(self, scope: Scope, conversation: Conversation, row: TurnSupervision, *, run_id: uuid.UUID,
                    replica: str, now: datetime) -> tuple[int, str]:
-        """Claim a dead producer's turn for a new run (under the locks); its epoch and agent."""
+        """Claim a dead producer's (or a handed-off) turn for a new run (under the locks); its epoch and agent.
+
+        A handed-off turn's runs were closed by the hand-off, which recorded it: no ``producer_lost``.
+        """
         pk = conversation.pk
+        handed_off = row.status == HANDED_OFF
         previous = latest_run(pk, row.message_id)
         agent_name = (previous.name if previous is not None and previous.name else "") or conversation.agent
         finish_runs(open_runs(pk, row.message_id), RunStatus.ABORTED, PRODUCER_LOST, now)
         epoch = claim(conversation, row, message_id=row.message_id, run_id=run_id, replica=replica, now=now)
         set_conversation(scope, conversation, epoch=epoch, last_turn_status=LastTurnStatus.RUNNING)
         new_run(pk, run_id=run_id, message_id=row.message_id, name=agent_name, epoch=epoch, now=now)
-        self.events.append(
-            scope,
-            pk,
-            [lost_event(row.message_id, row.epoch), running_event(row.message_id, run_id, epoch, resumed=True)],
-            run_id=run_id,
-        )
+        resumed = running_event(row.message_id, run_id, epoch, resumed=True, handed_off=handed_off or None)
+        events = [resumed] if handed_off else [lost_event(row.message_id, row.epoch), resumed]
+        self.events.append(scope, pk, events, run_id=run_id)
         return epoch, agent_name
 
     # -- the producer's transitions -------------------------------------------------------------
@@ -454,6 +462,48 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             return False
         return True
 
+    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
+                 in_flight: str | None = None) -> int | None:
+        """Release the turn ``epoch`` produces at a shutdown, in one fenced transaction; the epoch it is released at.
+
+        The supervision row becomes ``handed_off`` at the conversation's next epoch (so ``epoch`` is
+        fenced: its next write is refused), the turn's open runs are aborted with ``handed_off`` (not
+        ``producer_lost``: a hand-off is not a failed resume) and a ``handed_off`` event is appended.
+        The turn is not ended: :meth:`resume` claims it at once, with no ``DEAD_AFTER`` to wait, and
+        :meth:`dead_turns` lists it. The producer flushed its recording and checkpoint before (each
+        fenced by ``epoch``); ``in_flight`` ("model", "tool" or None) is what it stopped the agent in,
+        which the next producer makes again, recorded in the event. None (nothing written) when fenced
+        or the conversation is gone.
+        """
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        message_id = parse_id(message_id, "message_id")
+        run_id = parse_id(run_id, "run_id")
+        epoch = clean_lease_epoch(epoch)
+        in_flight = clean_in_flight(in_flight)
+        try:
+            with transaction.atomic():
+                limit_lock_wait()
+                fence(pk, epoch)
+                conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+                if conversation is None:
+                    raise NotFound("No such conversation.")
+                now = timezone.now()
+                released_at = conversation.epoch + 1
+                released = TurnSupervision.objects.filter(
+                    pk=pk, epoch=epoch, message_id=message_id, status=SupervisionStatus.RUNNING
+                ).update(status=HANDED_OFF, epoch=released_at, replica="", heartbeat_at=now)
+                if not released:  # the fenced row holds another turn of this epoch: no writer makes that
+                    raise Fenced(conversation_id=str(pk), epoch=epoch)
+                if not Conversation.objects.filter(pk=pk, epoch=conversation.epoch).update(epoch=released_at):
+                    raise contended()  # the row is locked by us: only a writer ignoring the lock order gets here
+                finish_runs(open_runs(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
+                event = handed_off_event(message_id, run_id, epoch, released_at, in_flight)
+                self.events.append(scope, pk, [event], run_id=run_id)
+        except (Fenced, NotFound):
+            return None
+        return released_at
+
     def close_out(
         self,
         scope: Scope,
@@ -477,9 +527,9 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             row, conversation = lock_turn(pk)
             conversation = check_writable(scope, conversation)
             now = timezone.now()
-            if row is None or row.status != SupervisionStatus.RUNNING:
+            if row is None or row.status not in OPEN_STATUSES:
                 return False
-            if not is_dead(row, now):
+            if not is_claimable(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             record = StreamRecording.objects.filter(pk=pk, message_id=row.message_id).first()
             partial = record.message if record is not None else {"content": ""}
@@ -490,7 +540,8 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             if run_id is not None:
                 Run.objects.filter(pk=run_id).update(epoch=epoch)
                 finish_runs(open_runs(pk, row.message_id).exclude(pk=run_id), RunStatus.ABORTED, PRODUCER_LOST, now)
-            self.events.append(scope, pk, [lost_event(row.message_id, row.epoch)], run_id=run_id)
+            if row.status != HANDED_OFF:
+                self.events.append(scope, pk, [lost_event(row.message_id, row.epoch)], run_id=run_id)
             answer = self._answer(row.message_id, run_id, partial, stop_reason, error)
             self._write_end(scope, conversation, answer, run_id=run_id, epoch=epoch, seal=seal, stop_reason=stop_reason,
                             error=error, also={"epoch": epoch})
@@ -546,7 +597,7 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         error = FORCE_RELEASED if error is None else clean_error(error)
         with transaction.atomic():
             row, conversation = lock_turn(pk)
-            if row is None or conversation is None or row.status != SupervisionStatus.RUNNING:
+            if row is None or conversation is None or row.status not in OPEN_STATUSES:
                 return False
             now = timezone.now()
             TurnSupervision.objects.filter(pk=pk, epoch=row.epoch).update(status=SupervisionStatus.ERRORED, heartbeat_at=now)
@@ -638,12 +689,14 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         return Scope(tenant=row[0], user=row[1])
 
     def dead_turns(self, *, now: datetime | None = None, limit: int = 100) -> list[tuple[Scope, uuid.UUID, uuid.UUID]]:
-        """``(owner scope, conversation id, message id)`` of running turns whose producer is dead, oldest first."""
+        """``(owner scope, conversation id, message id)`` of running turns whose producer is dead, and of handed-off
+        turns, oldest first."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
         cutoff = (now or timezone.now()) - timedelta(seconds=app_settings.DEAD_AFTER)
+        # A handed-off turn is claimable at once: no DEAD_AFTER to wait for.
         rows = (
-            TurnSupervision.objects.filter(status=SupervisionStatus.RUNNING, heartbeat_at__lt=cutoff)
+            TurnSupervision.objects.filter(Q(status=SupervisionStatus.RUNNING, heartbeat_at__lt=cutoff) | Q(status=HANDED_OFF))
             .order_by("heartbeat_at", "pk")
             .values_list("conversation__tenant", "conversation__owner", "conversation_id", "message_id")[:limit]
         )

@@ -423,3 +423,115 @@ class TurnStoreContract(FamilyContract):
             outcomes = self.family.run_in_processes(self.RACE_THREADS, resume)
             assert sorted(outcomes) == ["refused"] * (self.RACE_THREADS - 1) + ["won"], outcomes
             assert self.family.runs.list(OWNER, dead.conversation_id).total == 2
+
+    # -- hand-off at a shutdown ----------------------------------------------------------------------
+
+    def hand_off(self, turns: Any, plan: TurnPlan) -> int | None:
+        return turns.hand_off(plan.scope, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id,
+                              epoch=plan.epoch)
+
+    def test_a_hand_off_releases_the_turn_at_the_next_epoch_and_the_old_epoch_writes_nothing_more(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        self.family.recordings.put(plan.conversation_id, message_id=plan.message_id, index=4,
+                                   message={"content": "half an"}, epoch=plan.epoch)
+        self.family.checkpoints.save(plan.conversation_id, {"message_id": str(plan.message_id), "text": "half an"},
+                                     epoch=plan.epoch)
+        assert self.hand_off(turns, plan) == plan.epoch + 1
+        view = turns.read_turn(OWNER, plan.conversation_id)
+        assert (view.state, view.message_id, view.epoch) == ("handing_off", plan.message_id, plan.epoch + 1)
+        assert view.record["message"]["content"] == "half an" and view.final is None
+        run = self.family.runs.get(OWNER, plan.run_id)
+        assert (run.status, run.error["code"]) == ("aborted", "handed_off")
+        assert self.event_types(plan.conversation_id) == ["status_running", "handed_off"]
+        assert self.family.conversations.get(OWNER, plan.conversation_id).last_turn_status == "running"
+        # The fence: the producer that handed off can write nothing at its epoch any more.
+        assert self.hand_off(turns, plan) is None
+        assert not self.seal(turns, plan)
+        with pytest.raises(Fenced):
+            turns.suspend(OWNER, plan.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=plan.epoch)
+        with pytest.raises(Fenced):
+            self.family.recordings.put(plan.conversation_id, message_id=plan.message_id, index=5,
+                                       message={"content": "half an answer"}, epoch=plan.epoch)
+        assert self.family.recordings.put_many([{
+            "conversation_id": plan.conversation_id, "message_id": plan.message_id, "index": 5,
+            "message": {"content": "half an answer"}, "epoch": plan.epoch,
+        }]) == {plan.conversation_id}
+        with pytest.raises(Fenced):
+            self.family.checkpoints.save(plan.conversation_id, {"text": "overwritten"}, epoch=plan.epoch)
+        assert self.family.supervision.heartbeat_many([(plan.conversation_id, plan.epoch)]) == {plan.conversation_id}
+        assert turns.read_turn(OWNER, plan.conversation_id).record["message"]["content"] == "half an"
+        assert len(self.messages(plan.conversation_id)) == 1
+
+    def test_a_handed_off_turn_is_resumed_at_once_from_its_checkpoint_without_a_lost_producer(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        self.family.recordings.put(plan.conversation_id, message_id=plan.message_id, index=9,
+                                   message={"content": "half"}, epoch=plan.epoch)
+        checkpoint = {"message_id": str(plan.message_id), "text": "half", "tool_results": {"call_1": 42}}
+        self.family.checkpoints.save(plan.conversation_id, checkpoint, epoch=plan.epoch)
+        released_at = self.hand_off(turns, plan)
+        # No DEAD_AFTER to wait for: the reaper lists it now and a resume claims it now.
+        assert (OWNER, plan.conversation_id, plan.message_id) in turns.dead_turns(limit=100)
+        resumed = turns.resume(OWNER, plan.conversation_id, replica="replica-b")
+        assert (resumed.message_id, resumed.resumed, resumed.epoch) == (plan.message_id, True, released_at + 1)
+        assert (resumed.start_index, resumed.checkpoint["tool_results"]) == (9, {"call_1": 42})
+        view = turns.read_turn(OWNER, plan.conversation_id)
+        assert (view.state, view.run_id, view.epoch, view.replica) == ("alive", resumed.run_id, resumed.epoch, "replica-b")
+        assert self.event_types(plan.conversation_id) == ["status_running", "handed_off", "status_running"]
+        errors = [run.error["code"] for run in self.family.runs.list(OWNER, plan.conversation_id).items if run.error]
+        assert errors == ["handed_off"]  # a hand-off is not a failed resume
+        assert all(conversation_id != plan.conversation_id for _, conversation_id, _ in turns.dead_turns())
+        with pytest.raises(Busy):
+            turns.resume(OWNER, plan.conversation_id)
+        assert self.seal(turns, resumed, "half and the rest")
+        assert self.messages(plan.conversation_id)[-1].content == "half and the rest"
+
+    def test_a_handed_off_turn_refuses_a_new_turn_until_dead_after_and_can_be_closed_out_at_once(self, turns: Any) -> None:
+        plan = self.begin(turns)
+        self.hand_off(turns, plan)
+        with pytest.raises(Busy) as refused:
+            self.begin(turns, plan.conversation_id, content="again")
+        assert refused.value.details["occupant"]["message_id"] == str(plan.message_id)
+        later = timezone.now() + timedelta(seconds=60)
+        with frozen_clock(later):
+            replacing = self.begin(turns, plan.conversation_id, content="nobody took it")
+        assert replacing.epoch == plan.epoch + 2
+        other = self.begin(turns)
+        self.hand_off(turns, other)
+        assert turns.close_out(OWNER, other.conversation_id, seal=CANCELLED, stop_reason="cancelled")
+        assert turns.read_turn(OWNER, other.conversation_id).state == "done"
+        assert "producer_lost" not in self.event_types(other.conversation_id)
+
+    def test_a_hand_off_of_a_taken_over_or_deleted_turn_writes_nothing(self, turns: Any) -> None:
+        dead = self.dead_turn(turns)
+        resumed = turns.resume(OWNER, dead.conversation_id)
+        assert self.hand_off(turns, dead) is None
+        assert turns.read_turn(OWNER, dead.conversation_id).state == "alive"
+        assert self.run_status(resumed.run_id) == "running"
+        gone = self.begin(turns)
+        self.family.conversations.delete(OWNER, gone.conversation_id)
+        assert self.hand_off(turns, gone) is None
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_hand_off_racing_resumes_of_its_turn_admits_one_producer(self) -> None:
+        """The producer hands off while resumers race for its (dead-looking) turn: exactly one resume wins,
+        before the hand-off (which is then fenced) or after it (claiming the handed-off turn)."""
+        tally: Counter[str] = Counter()
+        for _ in range(self.RACE_ROUNDS):
+            dead = self.dead_turn(self.family.turns)
+
+            def race(index: int) -> str:
+                if index == 0:
+                    return "handed off" if self.hand_off(self.family.turns, dead) else "fenced"
+                try:
+                    self.family.turns.resume(OWNER, dead.conversation_id, replica=f"r{index}")
+                except (Busy, Gone):
+                    return "refused"
+                return "won"
+
+            outcomes = self.family.run_in_processes(self.RACE_THREADS, race)
+            tally.update(outcomes[:1])
+            assert sorted(outcomes[1:]) == ["refused"] * (self.RACE_THREADS - 2) + ["won"], outcomes
+            assert self.family.runs.list(OWNER, dead.conversation_id).total == 2
+            view = self.family.turns.read_turn(OWNER, dead.conversation_id)
+            assert view.state == "alive" and not self.seal(self.family.turns, dead)
+        assert set(tally) <= {"handed off", "fenced"}

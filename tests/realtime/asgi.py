@@ -22,6 +22,7 @@ http_application = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agent_persistence.realtime.lifespan import lifespan  # noqa: E402
 from agent_persistence.realtime.routing import websocket_urlpatterns  # noqa: E402
 from tests.realtime.instrument import QueryCounter, stats  # noqa: E402
 
@@ -39,4 +40,4 @@ async def http_with_stats(scope: dict[str, Any], receive: Any, send: Any) -> Non
 
 
 websocket_application = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-application = ProtocolTypeRouter({"http": http_with_stats, "websocket": websocket_application})
+application = ProtocolTypeRouter({"http": http_with_stats, "websocket": websocket_application, "lifespan": lifespan})

@@ -28,3 +28,6 @@ if os.environ.get("AP_ACCESS_CHECK_INTERVAL"):
 
 if os.environ.get("AP_REAPER_INTERVAL"):  # the in-process reaper on, sweeping at this pace
     AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "REAPER_ENABLED": True, "REAPER_INTERVAL": float(os.environ["AP_REAPER_INTERVAL"])}
+
+if os.environ.get("AP_SHUTDOWN_GRACE"):  # the hand-off tests: a short grace, so a long turn is handed off
+    AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "SHUTDOWN_GRACE": float(os.environ["AP_SHUTDOWN_GRACE"])}

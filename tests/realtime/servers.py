@@ -26,17 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 class Server:
-    """One uvicorn process serving ``tests.realtime.asgi``."""
+    """One uvicorn (or, with ``program="daphne"``, daphne) process serving ``tests.realtime.asgi``.
 
-    def __init__(self, env: dict[str, str], name: str) -> None:
+    ``lifespan`` is uvicorn's ``--lifespan`` (daphne has none).
+    """
+
+    def __init__(self, env: dict[str, str], name: str, lifespan: str = "off", program: str = "uvicorn") -> None:
         self.port = free_port()
         self.name = name
         self.redis = "REDIS_URL" in env
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_ws_{os.getpid()}_{name}.log"
         self.log = self.log_path.open("w")
+        command = [sys.executable, "-m", "uvicorn", "tests.realtime.asgi:application", "--host", "127.0.0.1",
+                   "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", lifespan]
+        if program == "daphne":
+            command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "-v", "0",
+                       "tests.realtime.asgi:application"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.realtime.asgi:application", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning", "--ws", "websockets-sansio", "--lifespan", "off"],
+            command,
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True,
         )
 
@@ -60,6 +67,14 @@ class Server:
         self.process.communicate(timeout=10)
         self.log.close()
 
+    def terminate(self) -> None:
+        """SIGTERM, without waiting (a graceful shutdown: see :meth:`wait`)."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float = 30) -> int:
+        """The exit status, once the process has exited (within ``timeout``)."""
+        return self.process.wait(timeout=timeout)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -75,8 +90,8 @@ class Server:
         return self.log_path.read_text()[-5000:]
 
 
-def start_servers(env: dict[str, str], count: int = 2) -> list[Server]:
-    servers = [Server(env, f"server-{chr(ord('a') + i)}") for i in range(count)]
+def start_servers(env: dict[str, str], count: int = 2, lifespan: str = "off", program: str = "uvicorn") -> list[Server]:
+    servers = [Server(env, f"server-{chr(ord('a') + i)}", lifespan, program) for i in range(count)]
     for server in servers:
         server.wait_ready()
     return servers
@@ -154,13 +169,14 @@ LAYERS = ["recording", pytest.param("redis", marks=pytest.mark.skipif(
 
 
 @contextmanager
-def running_servers(layer: str, **env: str) -> Iterator[list[Server]]:
+def running_servers(layer: str, lifespan: str = "off", program: str = "uvicorn", **env: str) -> Iterator[list[Server]]:
     """Two servers on the test database and ``layer`` (one of :data:`LAYERS`), ``env`` added; stopped after."""
     from django.db import connection
 
     if layer == "redis" and not os.environ.get("REDIS_URL"):
         pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
-    running = start_servers({**server_env(str(connection.settings_dict["NAME"]), redis=layer == "redis"), **env})
+    running = start_servers({**server_env(str(connection.settings_dict["NAME"]), redis=layer == "redis"), **env},
+                            lifespan=lifespan, program=program)
     try:
         yield running
     finally:

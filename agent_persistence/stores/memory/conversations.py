@@ -417,7 +417,8 @@ class MemoryConversationStore(twins_of(ConversationStoreProtocol)):
                 check_thread_tag(expected, conversation)
                 supervision = self.db.supervision.get(pk)
                 if incoming or not merge:  # as the ORM's: an empty merge writes nothing and is not refused
-                    if supervision is not None and supervision.status == SupervisionStatus.RUNNING:
+                    open_statuses = (SupervisionStatus.RUNNING, SupervisionStatus.HANDED_OFF)
+                    if supervision is not None and supervision.status in open_statuses:
                         raise turn_running(supervision.message_id)
                 self._check_new_messages(pk, incoming, merged_into=True)
             if merge and not incoming:

@@ -15,8 +15,9 @@ from ...scope import Scope
 from ..protocols import RecordingStoreProtocol
 from ..rules.base import clean_datetime, lookup_id, parse_id
 from ..rules.recordings import RecordingWrite, clean_batch, clean_record
+from ..rules.supervision import OPEN_STATUSES
 from ..twins import twins_of
-from .database import DEFAULT_DATABASE, RUNNING, MemoryDatabase, clone
+from .database import DEFAULT_DATABASE, MemoryDatabase, clone
 
 
 class MemoryRecordingStore(twins_of(RecordingStoreProtocol)):
@@ -95,7 +96,7 @@ class MemoryRecordingStore(twins_of(RecordingStoreProtocol)):
                 record
                 for pk, record in self.db.recordings.items()
                 if record.updated_at < cutoff
-                and not (pk in self.db.supervision and self.db.supervision[pk].status == RUNNING)
+                and not (pk in self.db.supervision and self.db.supervision[pk].status in OPEN_STATUSES)
             ]
             purgeable.sort(key=lambda record: (record.updated_at, record.pk))
             for record in purgeable[:limit]:

@@ -24,6 +24,7 @@ from ..rules.base import clean_datetime, lookup_id, parse_id
 from ..rules.fencing import clean_entries
 from ..rules.supervision import (
     FINISHED_STATUSES,
+    OPEN_STATUSES,
     RUNNING,
     Claim,
     PreviousTurn,
@@ -33,7 +34,9 @@ from ..rules.supervision import (
     clean_replica,
     clean_run_id,
     clean_status,
+    is_claimable,
     is_dead,
+    is_waiting,
     occupant_of,
     status_of,
 )
@@ -142,7 +145,7 @@ class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
         with self.db.lock:
             self.db.writable_conversation(scope, pk)
             row = self.db.supervision.get(pk)
-            if row is not None and row.status == RUNNING and not is_dead(row, now):
+            if row is not None and is_waiting(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             return self._take(pk, row, values, now)
 
@@ -162,9 +165,9 @@ class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
         with self.db.lock:
             self.db.writable_conversation(scope, pk)
             row = self.db.supervision.get(pk)
-            if row is None or row.message_id != message_id or row.status != RUNNING:
+            if row is None or row.message_id != message_id or row.status not in OPEN_STATUSES:
                 raise Gone("This turn is not running, so it cannot be resumed.", code="turn_not_resumable")
-            if not is_dead(row, now):
+            if not is_claimable(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             values = {
                 "status": RUNNING,
@@ -221,7 +224,7 @@ class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
             if conversation is None:
                 raise NotFound("No such conversation.")
             row = self.db.supervision.get(pk)
-            if row is None or row.status != RUNNING:
+            if row is None or row.status not in OPEN_STATUSES:
                 return False
             row.status, row.heartbeat_at = SupervisionStatus.ERRORED.value, timezone.now()
             conversation.epoch += 1

@@ -26,14 +26,18 @@ from ..protocols import Continuation, Seal, TurnPlan, TurnStoreProtocol, TurnVie
 from ..rules.base import check_scope, lookup_id, parse_id
 from ..rules.conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message
 from ..rules.runs import clean_error
-from ..rules.supervision import clean_replica, is_dead, occupant_of, status_of
+from ..rules.fencing import clean_lease_epoch
+from ..rules.supervision import HANDED_OFF, OPEN_STATUSES, clean_replica, is_claimable, is_waiting, occupant_of, status_of
 from ..rules.turns import (
     FORCE_RELEASED,
+    HANDED_OFF as HANDED_OFF_ERROR,
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
+    clean_in_flight,
     clean_known_agents,
     clean_seal,
+    handed_off_event,
     idle_event,
     lost_event,
     running_event,
@@ -170,14 +174,14 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
             if pending:
                 raise PendingInterrupts(pending=[str(interrupt_id) for interrupt_id in pending])
             row = self.db.supervision.get(pk)
-            if row is not None and row.status == RUNNING and not is_dead(row, now):
+            if row is not None and is_waiting(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             if user_message.id in self.db.messages:
                 self._insert_message(conversation, user_message, now)  # raises the Conflict, before any write
             if created:
                 self.db.conversations[pk] = conversation
             events = []
-            if row is not None and row.status == RUNNING:
+            if row is not None and row.status in OPEN_STATUSES:
                 events.append(lost_event(row.message_id, row.epoch))
                 self._finish(self._runs_of_turn(pk, row.message_id), RunStatus.ABORTED, PRODUCER_LOST, now)
             epoch = self._claim(conversation, message_id=message_id, run_id=run_id, replica=replica, now=now)
@@ -230,7 +234,7 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
                     scope, pk, [running_event(parked.message_id, run_id, epoch, continuation=True)], run_id=run_id
                 )
                 message_id, took_over = parked.message_id, False
-            elif row is not None and row.status == RUNNING and is_dead(row, now):
+            elif row is not None and row.status in OPEN_STATUSES and is_claimable(row, now):
                 run_id = uuid7()
                 message_id, took_over = row.message_id, True
                 epoch, agent_name = self._take_over(scope, conversation, row, run_id=run_id, replica=replica, now=now)
@@ -250,9 +254,9 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
             conversation = self._writable(scope, self.db.conversations.get(pk))
             now = timezone.now()
             row = self.db.supervision.get(pk)
-            if row is None or row.status != RUNNING or (wanted is not None and row.message_id != wanted):
+            if row is None or row.status not in OPEN_STATUSES or (wanted is not None and row.message_id != wanted):
                 raise Gone("This turn is not running, so it cannot be resumed.", code="turn_not_resumable")
-            if not is_dead(row, now):
+            if not is_claimable(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             turn_message_id = row.message_id
             epoch, agent_name = self._take_over(scope, conversation, row, run_id=run_id, replica=replica, now=now)
@@ -266,16 +270,14 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
         previous = next((run for run in runs if run.parent_id is None), None)
         agent_name = (previous.name if previous is not None and previous.name else "") or conversation.agent
         self._finish(runs, RunStatus.ABORTED, PRODUCER_LOST, now)
-        old_message_id, old_epoch = row.message_id, row.epoch
+        old_message_id, old_epoch, handed_off = row.message_id, row.epoch, row.status == HANDED_OFF
         epoch = self._claim(conversation, message_id=row.message_id, run_id=run_id, replica=replica, now=now)
         conversation.last_turn_status = LastTurnStatus.RUNNING
         self._new_run(pk, run_id=run_id, message_id=old_message_id, name=agent_name, epoch=epoch, now=now)
-        self.events.append(
-            scope,
-            pk,
-            [lost_event(old_message_id, old_epoch), running_event(old_message_id, run_id, epoch, resumed=True)],
-            run_id=run_id,
-        )
+        # A handed-off turn's runs were closed by the hand-off, which recorded it: no producer_lost.
+        resumed = running_event(old_message_id, run_id, epoch, resumed=True, handed_off=handed_off or None)
+        events = [resumed] if handed_off else [lost_event(old_message_id, old_epoch), resumed]
+        self.events.append(scope, pk, events, run_id=run_id)
         return epoch, agent_name
 
     # -- the producer's transitions -------------------------------------------------------------
@@ -334,6 +336,31 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
         announce(scope, pk, answer.id, run_id)
         return True
 
+    def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
+                 in_flight: str | None = None) -> int | None:
+        check_scope(scope)
+        pk = lookup_id(conversation_id)
+        message_id = parse_id(message_id, "message_id")
+        run_id = parse_id(run_id, "run_id")
+        epoch = clean_lease_epoch(epoch)
+        in_flight = clean_in_flight(in_flight)
+        with self.db.lock:
+            now = timezone.now()
+            try:
+                self.db.fence(pk, epoch, now)
+            except Fenced:
+                return None
+            conversation = self.db.conversations.get(pk)
+            row = self.db.supervision.get(pk)
+            if conversation is None or row is None or row.message_id != message_id:
+                return None
+            released_at = conversation.epoch + 1
+            row.status, row.epoch, row.replica, row.heartbeat_at = HANDED_OFF, released_at, "", now
+            conversation.epoch = released_at
+            self._finish(self._runs_of_turn(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
+            self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at, in_flight)], run_id=run_id)
+            return released_at
+
     def close_out(
         self,
         scope: Scope,
@@ -353,22 +380,23 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
             conversation = self._writable(scope, self.db.conversations.get(pk))
             now = timezone.now()
             row = self.db.supervision.get(pk)
-            if row is None or row.status != RUNNING:
+            if row is None or row.status not in OPEN_STATUSES:
                 return False
-            if not is_dead(row, now):
+            if not is_claimable(row, now):
                 raise Busy(occupant=occupant_of(row, now))
             record = self.db.recordings.get(pk)
             partial = clone(record.message) if record is not None and record.message_id == row.message_id else {"content": ""}
             runs = self._runs_of_turn(pk, row.message_id)
             run = next((run for run in runs if run.parent_id is None), None)
             run_id = run.pk if run is not None else None
-            old_message_id, old_epoch = row.message_id, row.epoch
+            old_message_id, old_epoch, handed_off = row.message_id, row.epoch, row.status == HANDED_OFF
             answer = self._answer(old_message_id, run_id, partial, stop_reason, error)
             epoch = self._claim(conversation, message_id=old_message_id, run_id=run_id, replica=replica, now=now)
             if run is not None:
                 run.epoch = epoch
                 self._finish([other for other in runs if other is not run], RunStatus.ABORTED, PRODUCER_LOST, now)
-            self.events.append(scope, pk, [lost_event(old_message_id, old_epoch)], run_id=run_id)
+            if not handed_off:
+                self.events.append(scope, pk, [lost_event(old_message_id, old_epoch)], run_id=run_id)
             self._write_end(scope, conversation, answer, run_id=run_id, epoch=epoch, seal=seal, stop_reason=stop_reason,
                             error=error)
         announce(scope, pk, answer.id, run_id)
@@ -408,7 +436,7 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
         error = FORCE_RELEASED if error is None else clean_error(error)
         with self.db.lock:
             row, conversation = self.db.supervision.get(pk), self.db.conversations.get(pk)
-            if row is None or conversation is None or row.status != RUNNING:
+            if row is None or conversation is None or row.status not in OPEN_STATUSES:
                 return False
             now = timezone.now()
             row.status, row.heartbeat_at = SupervisionStatus.ERRORED.value, now
@@ -495,7 +523,10 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
         cutoff = (now or timezone.now()) - timedelta(seconds=app_settings.DEAD_AFTER)
         with self.db.lock:
             rows = sorted(
-                (row for row in self.db.supervision.values() if row.status == RUNNING and row.heartbeat_at < cutoff),
+                (
+                    row for row in self.db.supervision.values()
+                    if row.status == HANDED_OFF or (row.status == RUNNING and row.heartbeat_at < cutoff)
+                ),
                 key=lambda row: (row.heartbeat_at, row.pk),
             )[:limit]
             turns = []

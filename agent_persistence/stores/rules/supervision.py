@@ -21,6 +21,10 @@ from .base import clean_datetime, clean_text, parse_id
 from .fencing import clean_lease_epoch as clean_lease_epoch
 
 RUNNING = SupervisionStatus.RUNNING.value
+#: A turn its producer released at a shutdown (:meth:`TurnStore.hand_off`): open, held by no producer.
+HANDED_OFF = SupervisionStatus.HANDED_OFF.value
+#: The stored statuses of a turn that has not ended (a producer holds it, or it waits for one).
+OPEN_STATUSES = (RUNNING, HANDED_OFF)
 
 
 FINISHED_STATUSES = (SupervisionStatus.DONE.value, SupervisionStatus.ERRORED.value)
@@ -31,8 +35,10 @@ class TurnStatus:
     """The state of a conversation's turn, judged at read time.
 
     ``state`` is "idle" (no row), "alive" or "dead" (a running row whose
-    heartbeat is at most / more than ``DEAD_AFTER`` seconds old), "done" or
-    "errored". ``epoch`` is the row's epoch, or the conversation's when idle.
+    heartbeat is at most / more than ``DEAD_AFTER`` seconds old),
+    "handing_off" (a ``handed_off`` row: released at a shutdown, claimable
+    at once), "done" or "errored". ``epoch`` is the row's epoch, or the
+    conversation's when idle.
     """
 
     state: str
@@ -46,7 +52,7 @@ class TurnStatus:
     @property
     def running(self) -> bool:
         """A producer holds the turn, alive or dead."""
-        return self.state in (TurnState.ALIVE, TurnState.DEAD)
+        return self.state in (TurnState.ALIVE, TurnState.DEAD, TurnState.HANDING_OFF)
 
 
 class PreviousTurn(NamedTuple):
@@ -81,6 +87,22 @@ def is_dead(row: TurnSupervision, now: datetime) -> bool:
     return row.status == RUNNING and heartbeat_age(row, now) > app_settings.DEAD_AFTER
 
 
+def is_claimable(row: TurnSupervision, now: datetime) -> bool:
+    """A turn no producer holds that a resume may take over now: a dead producer's, or one handed off."""
+    return row.status == HANDED_OFF or is_dead(row, now)
+
+
+def is_waiting(row: TurnSupervision, now: datetime) -> bool:
+    """An open turn that refuses a new turn of its conversation (Busy): alive, or handed off within ``DEAD_AFTER``.
+
+    A handed-off turn nobody claimed for ``DEAD_AFTER`` (no replica runs a reaper) is replaced by a new
+    turn as a dead producer's is, so a conversation is never stuck behind it.
+    """
+    if row.status == HANDED_OFF:
+        return heartbeat_age(row, now) <= app_settings.DEAD_AFTER
+    return row.status == RUNNING and not is_dead(row, now)
+
+
 def status_of(row: TurnSupervision | None, *, now: datetime | None = None, idle_epoch: int = 0) -> TurnStatus:
     """The :class:`TurnStatus` a row stands for at ``now`` (the admin shows the same verdict)."""
     if row is None:
@@ -88,6 +110,8 @@ def status_of(row: TurnSupervision | None, *, now: datetime | None = None, idle_
     now = now or timezone.now()
     if row.status == RUNNING:
         state = TurnState.DEAD if is_dead(row, now) else TurnState.ALIVE
+    elif row.status == HANDED_OFF:
+        state = TurnState.HANDING_OFF
     else:
         state = row.status
     return TurnStatus(

@@ -18,6 +18,10 @@ from ..protocols import Seal, TurnView
 PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
 
 
+#: The error of a run whose producer handed the turn off at a shutdown (the turn goes on in another run).
+HANDED_OFF = {"code": "handed_off", "message": "The process producing this turn shut down and handed it off."}
+
+
 #: The error of a run an operator released.
 FORCE_RELEASED = {"code": "force_released", "message": "An operator released this conversation."}
 
@@ -40,6 +44,23 @@ def running_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, **extra:
 
 def lost_event(message_id: uuid.UUID, epoch: int) -> dict[str, Any]:
     return {"type": "producer_lost", "data": {"message_id": str(message_id), "epoch": epoch}}
+
+
+#: What a hand-off may report it had in flight: a model call or a tool call, which the next producer makes again.
+IN_FLIGHT = ("model", "tool")
+
+
+def clean_in_flight(value: Any) -> str | None:
+    if value is not None and value not in IN_FLIGHT:
+        raise Validation(f"in_flight must be one of {', '.join(IN_FLIGHT)}, or None.", field="in_flight")
+    return value
+
+
+def handed_off_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, released_at: int,
+                     in_flight: str | None = None) -> dict[str, Any]:
+    """The turn's producer (``epoch``) released it at a shutdown, at ``released_at`` (its epoch + 1)."""
+    return {"type": "handed_off", "data": event_data(message_id, run_id, epoch=epoch, released_at=released_at,
+                                                     in_flight=in_flight)}
 
 
 def idle_event(message_id: uuid.UUID, run_id: uuid.UUID | None, stop_reason: str,

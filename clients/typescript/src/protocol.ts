@@ -54,9 +54,9 @@ export type ServerFrame =
   | ErrorFrame
   | ActivityFrame;
 /**
- * idle: no turn yet; alive: a producer heartbeats; dead: the producer stopped heartbeating (send resume); done; errored; interrupted: done, with pending interrupts and no final message yet.
+ * idle: no turn yet; alive: a producer heartbeats; dead: the producer stopped heartbeating (send resume); handing_off: the producer's server shuts down and released the turn, another server resumes it at once (wait); done; errored; interrupted: done, with pending interrupts and no final message yet.
  */
-export type TurnState = "idle" | "alive" | "dead" | "done" | "errored" | "interrupted";
+export type TurnState = "idle" | "alive" | "dead" | "handing_off" | "done" | "errored" | "interrupted";
 /**
  * How the turn ended: completed, cancelled (a user stop; the partial answer is kept) or errored.
  */
@@ -317,7 +317,8 @@ export type KnownErrorCode =
   | "invalid"
   | "too_large"
   | "gone"
-  | "interrupt_expired";
+  | "interrupt_expired"
+  | "shutting_down";
 
 /**
  * Close codes the server sends after the handshake: 4401 not authenticated, 4403 the ?ticket= was refused (expired, spent, altered or bound to another conversation), 4404 the id is a conversation the user may not read (or stopped being readable) or no UUID (an id no conversation has is admitted: its start creates the conversation), 4429 over WEBSOCKET_MAX_PER_USER sockets in this server process, 1011 the server could not open the socket. Others (1000, 1006, 1009) come from the ASGI server or the network.
