@@ -40,7 +40,8 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..runtime.agents import Agent
 from ..runtime.turn import Turn
@@ -69,11 +70,11 @@ async def witness(conversation: str, call: str) -> dict[str, Any]:
     """The tool of :class:`RollingAgent`: notes each execution (start and end) in the file of ``TOOL_LOG_ENV``."""
     log = os.environ.get(TOOL_LOG_ENV)
     if log:
-        with open(log, "a") as handle:  # O_APPEND: one short line is one write, whole, across processes
+        with open(log, "a") as handle:  # noqa: ASYNC230 - O_APPEND, one short line: one write, whole, across processes
             handle.write(f"{conversation} {call} start\n")
     await asyncio.sleep(float(os.environ.get(TOOL_SECONDS_ENV, "0.2")))
     if log:
-        with open(log, "a") as handle:
+        with open(log, "a") as handle:  # noqa: ASYNC230
             handle.write(f"{conversation} {call} done\n")
     return {"witnessed": call}
 
@@ -256,7 +257,7 @@ class TurnClient:
                         if frame["type"] == "error":
                             self.errors.append(f"start refused on {replica.name}: {frame['code']}")
                             break
-            except (OSError, asyncio.TimeoutError, websockets.ConnectionClosed):
+            except (OSError, TimeoutError, websockets.ConnectionClosed):
                 pass
             at = (at + 1) % len(self.replicas)
             await asyncio.sleep(0.1)
@@ -285,7 +286,7 @@ class TurnClient:
                         self.apply(json.loads(await asyncio.wait_for(socket.recv(), remaining)))
                     if self.final is not None:
                         return
-            except (OSError, asyncio.TimeoutError, websockets.ConnectionClosed, websockets.InvalidHandshake):
+            except (OSError, TimeoutError, websockets.ConnectionClosed, websockets.InvalidHandshake):
                 pass
             self.reconnects += 1
             self.disconnected_at.append(time.monotonic())
@@ -371,10 +372,11 @@ class RollingReport:
 
     def lines(self) -> list[str]:
         stalls = self.stalls
-        tools = (f"{self.tool_calls_repeated} ({self.tool_executions} executions of {self.tool_calls} calls, counted by "
-                 f"the tool; {self.tool_calls_in_flight} hand-offs with a tool call in flight)"
-                 if self.tool_executions is not None else
-                 f"{self.tool_calls_repeated} (hand-offs with a tool call in flight)")
+        if self.tool_executions is not None:
+            tools = (f"{self.tool_calls_repeated} ({self.tool_executions} executions of {self.tool_calls} calls, counted by "
+                     f"the tool; {self.tool_calls_in_flight} hand-offs with a tool call in flight)")
+        else:
+            tools = f"{self.tool_calls_repeated} (hand-offs with a tool call in flight)"
         return [
             f"replicas               {self.replicas} (each restarted once with SIGTERM: {self.restarts} restarts)",
             f"turns                  {self.turns} ({self.answer_chars} characters of answers)",
@@ -383,11 +385,11 @@ class RollingReport:
             f"turns handed off       {self.handed_off} hand-offs ({self.turns_lost} turns taken over as dead instead)",
             f"tool calls repeated    {tools}",
             f"model calls repeated   {self.model_calls_repeated} (hand-offs with the model call in flight: made again)",
-            f"stall per hand-off     p50 {percentile(stalls, 0.5) * 1000:.0f} ms, p99 {percentile(stalls, 0.99) * 1000:.0f} ms, "
-            f"max {max(stalls, default=0) * 1000:.0f} ms ({len(stalls)} seen by followers)",
+            (f"stall per hand-off     p50 {percentile(stalls, 0.5) * 1000:.0f} ms, p99 {percentile(stalls, 0.99) * 1000:.0f} ms, "
+             f"max {max(stalls, default=0) * 1000:.0f} ms ({len(stalls)} seen by followers)"),
             f"follower reconnects    {self.reconnects}",
-            f"restart (SIGTERM to replacement serving) p50 {percentile(self.restart_seconds, 0.5):.2f} s, "
-            f"max {max(self.restart_seconds, default=0):.2f} s (drain p50 {percentile(self.drain_seconds, 0.5):.2f} s)",
+            (f"restart (SIGTERM to replacement serving) p50 {percentile(self.restart_seconds, 0.5):.2f} s, "
+             f"max {max(self.restart_seconds, default=0):.2f} s (drain p50 {percentile(self.drain_seconds, 0.5):.2f} s)"),
             f"stop reasons           {', '.join(f'{reason} {count}' for reason, count in sorted(self.stop_reasons.items()))}",
             *(f"unfinished turns       {self.unfinished}" for _ in [0] if self.unfinished),
             *self.notes,
