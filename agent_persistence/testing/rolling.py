@@ -28,6 +28,7 @@ processes beside them.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import os
 import signal
@@ -38,9 +39,9 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from ..runtime.agents import Agent
@@ -206,13 +207,6 @@ class Replica:
 
 # -- the clients -----------------------------------------------------------------------------------
 
-@dataclass
-class Delta:
-    at: float  # time.monotonic() of its arrival
-    epoch: int  # the epoch the follower knew the turn at when it arrived
-    added: int  # characters it added to the follower's text
-
-
 class TurnClient:
     """One turn: started on its producer replica, followed from another, reconnecting as a careful client does."""
 
@@ -226,13 +220,15 @@ class TurnClient:
         self.index = 0
         self.epoch = 0
         self.final: dict[str, Any] | None = None
-        self.deltas: list[Delta] = []
+        self.deltas: list[float] = []  # time.monotonic() of each delta that added text
+        self.markers: list[float] = []  # arrivals of a change of producer (a `handing_off` status)
+        self.claimed_at: list[float] = []  # arrivals of an `alive` status after a `handing_off`
+        self.state = ""
         self.resent = 0  # characters received again at offsets already held (dropped by offset)
         self.gaps = 0  # deltas that started past the text held: characters missing
         self.handing_off = 0  # `handing_off` statuses seen
         self.reconnects = 0
         self.disconnected_at: list[float] = []
-        self.statuses: list[tuple[float, str, int]] = []  # (arrival, state, epoch)
         self.errors: list[str] = []
 
     def headers(self, replica: Replica) -> dict[str, str]:
@@ -295,12 +291,20 @@ class TurnClient:
 
     def apply(self, frame: dict[str, Any]) -> None:
         kind = frame["type"]
+        now = time.monotonic()
         if kind == "status":
             if self.message_id is None or frame.get("message_id") == self.message_id:
                 self.message_id = frame.get("message_id") or self.message_id
-                self.epoch = max(self.epoch, int(frame.get("epoch") or 0))
-                self.handing_off += frame.get("state") == "handing_off"
-                self.statuses.append((time.monotonic(), frame.get("state") or "", int(frame.get("epoch") or 0)))
+                state, epoch = frame.get("state") or "", int(frame.get("epoch") or 0)
+                if state == "handing_off":
+                    self.handing_off += 1
+                    self.markers.append(now)
+                elif epoch > self.epoch > 0 and self.state != "handing_off":
+                    self.markers.append(now)  # a change of producer this socket was not told of (a reconnect)
+                if state == "alive" and self.state == "handing_off":
+                    self.claimed_at.append(now)
+                self.state = state
+                self.epoch = max(self.epoch, epoch)
         elif kind == "delta":
             if frame["message_id"] != self.message_id:
                 return
@@ -313,16 +317,42 @@ class TurnClient:
             added = text[len(self.text) - offset:]
             if added:
                 self.text += added
-                self.deltas.append(Delta(time.monotonic(), self.epoch, len(added)))
+                self.deltas.append(now)
         elif kind == "final":
             if frame["message_id"] == self.message_id:
                 self.final = frame
         elif kind == "error":
             self.errors.append(f"{frame.get('code')}: {frame.get('message')}")
 
-    def stalls(self) -> list[float]:
-        """Each change of producer as this follower saw it: last delta of the old epoch to first of the new one."""
-        return [later.at - earlier.at for earlier, later in zip(self.deltas, self.deltas[1:]) if later.epoch > earlier.epoch]
+    def stalls(self) -> list[Stall]:
+        """Each change of producer this follower saw: its last delta before the change to its first after it.
+
+        The change is the ``handing_off`` status (or, for a socket that missed it, a status with a
+        higher epoch); changes with no delta between them are one stall.
+        """
+        stalls: dict[tuple[int, int], Stall] = {}
+        for marker in self.markers:
+            after = bisect.bisect_right(self.deltas, marker)
+            if after == 0 or after == len(self.deltas):
+                continue  # before the first delta or after the last: no stall a reader saw
+            if (after - 1, after) in stalls:
+                continue
+            before, first = self.deltas[after - 1], self.deltas[after]
+            claimed = next((at for at in self.claimed_at if marker <= at <= first), None)
+            stalls[(after - 1, after)] = Stall(first - before, marker - before,
+                                               None if claimed is None else claimed - marker,
+                                               None if claimed is None else first - claimed)
+        return list(stalls.values())
+
+
+@dataclass
+class Stall:
+    """One hand-off as a follower saw it: ``seconds`` from its last delta before to its first after, in parts."""
+
+    seconds: float
+    release: float  # last delta of the stopped producer to the `handing_off` status
+    claim: float | None  # `handing_off` to the new producer's `alive` (None: not seen, e.g. a reconnect)
+    resume: float | None  # `alive` to the new producer's first delta
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -352,7 +382,7 @@ class RollingReport:
     tool_executions: int | None = None  # counted by the tool (RollingAgent), when it is the agent
     tool_calls: int | None = None  # distinct (turn, call) the tool saw
     turns_lost: int = 0  # runs recorded producer_lost: a takeover after DEAD_AFTER, not a hand-off
-    stalls: list[float] = field(default_factory=list)
+    stalls: list[Stall] = field(default_factory=list)
     reconnects: int = 0
     restart_seconds: list[float] = field(default_factory=list)
     drain_seconds: list[float] = field(default_factory=list)
@@ -371,7 +401,10 @@ class RollingReport:
                 and self.stop_reasons == Counter({"completed": self.turns}))
 
     def lines(self) -> list[str]:
-        stalls = self.stalls
+        stalls = [stall.seconds for stall in self.stalls]
+        release = [stall.release for stall in self.stalls]
+        claim = [stall.claim for stall in self.stalls if stall.claim is not None]
+        resume = [stall.resume for stall in self.stalls if stall.resume is not None]
         if self.tool_executions is not None:
             tools = (f"{self.tool_calls_repeated} ({self.tool_executions} executions of {self.tool_calls} calls, counted by "
                      f"the tool; {self.tool_calls_in_flight} hand-offs with a tool call in flight)")
@@ -387,6 +420,9 @@ class RollingReport:
             f"model calls repeated   {self.model_calls_repeated} (hand-offs with the model call in flight: made again)",
             (f"stall per hand-off     p50 {percentile(stalls, 0.5) * 1000:.0f} ms, p99 {percentile(stalls, 0.99) * 1000:.0f} ms, "
              f"max {max(stalls, default=0) * 1000:.0f} ms ({len(stalls)} seen by followers)"),
+            (f"  of which (p50)       release {percentile(release, 0.5) * 1000:.0f} ms (last delta to `handing_off`), "
+             f"claim {percentile(claim, 0.5) * 1000:.0f} ms (to `alive`), resume {percentile(resume, 0.5) * 1000:.0f} ms "
+             "(to the first delta)"),
             f"follower reconnects    {self.reconnects}",
             (f"restart (SIGTERM to replacement serving) p50 {percentile(self.restart_seconds, 0.5):.2f} s, "
              f"max {max(self.restart_seconds, default=0):.2f} s (drain p50 {percentile(self.drain_seconds, 0.5):.2f} s)"),
@@ -436,7 +472,6 @@ async def run_rolling_restart(
         cookies[username] = await sync_to_async(session_for)(username)
     servers = [Replica(chr(ord("a") + i), free_port(), spec) for i in range(replicas)]
     clients: list[tuple[Scope, TurnClient]] = []
-    sigterms: list[float] = []
     try:
         for server in servers:
             server.start()
@@ -465,7 +500,6 @@ async def run_rolling_restart(
         for server in servers:
             live = sum(1 for _, c in clients if c.final is None)
             sigterm_at = time.monotonic()
-            sigterms.append(sigterm_at)
             server.terminate()
             status = await asyncio.to_thread(server.wait, 2 * grace + 30)
             report.drain_seconds.append(time.monotonic() - sigterm_at)
@@ -491,14 +525,6 @@ async def run_rolling_restart(
         report.reconnects += client.reconnects
         report.resent += client.resent
         report.stalls.extend(client.stalls())
-        if os.environ.get("ROLLING_DEBUG"):
-            for earlier, later in zip(client.deltas, client.deltas[1:]):
-                if later.at - earlier.at > 0.5:
-                    t0 = earlier.at
-                    print(f"gap {later.at - t0:.2f} epochs {earlier.epoch}->{later.epoch}",
-                          [(round(t - t0, 2), st, e) for t, st, e in client.statuses if t0 - 1 < t < later.at + 1],
-                          [round(t - t0, 2) for t in client.disconnected_at if t0 - 1 < t < later.at + 1],
-                          [round(t - t0, 2) for t in sigterms if t0 - 5 < t < later.at + 1])
         if client.final is None:
             report.unfinished += 1
             report.stop_reasons["unfinished"] += 1
