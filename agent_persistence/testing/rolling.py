@@ -339,7 +339,7 @@ class TurnClient:
                 continue
             before, first = self.deltas[after - 1], self.deltas[after]
             claimed = next((at for at in self.claimed_at if marker <= at <= first), None)
-            stalls[(after - 1, after)] = Stall(first - before, marker - before,
+            stalls[(after - 1, after)] = Stall(first - before, before, marker - before,
                                                None if claimed is None else claimed - marker,
                                                None if claimed is None else first - claimed)
         return list(stalls.values())
@@ -350,6 +350,7 @@ class Stall:
     """One hand-off as a follower saw it: ``seconds`` from its last delta before to its first after, in parts."""
 
     seconds: float
+    last_delta_at: float  # time.monotonic() of the stopped producer's last delta (this follower's)
     release: float  # last delta of the stopped producer to the `handing_off` status
     claim: float | None  # `handing_off` to the new producer's `alive` (None: not seen, e.g. a reconnect)
     resume: float | None  # `alive` to the new producer's first delta
@@ -384,6 +385,8 @@ class RollingReport:
     turns_lost: int = 0  # runs recorded producer_lost: a takeover after DEAD_AFTER, not a hand-off
     stalls: list[Stall] = field(default_factory=list)
     reconnects: int = 0
+    streamed_after_sigterm: list[float] = field(default_factory=list)  # SIGTERM to a stall's last delta
+    intervals: list[float] = field(default_factory=list)  # between two deltas of a follower: the load
     restart_seconds: list[float] = field(default_factory=list)
     drain_seconds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -423,7 +426,11 @@ class RollingReport:
             (f"  of which (p50)       release {percentile(release, 0.5) * 1000:.0f} ms (last delta to `handing_off`), "
              f"claim {percentile(claim, 0.5) * 1000:.0f} ms (to `alive`), resume {percentile(resume, 0.5) * 1000:.0f} ms "
              "(to the first delta)"),
+            (f"  streamed on for      p50 {percentile(self.streamed_after_sigterm, 0.5) * 1000:.0f} ms after SIGTERM "
+             "(to the stopped producer's last delta: the server's closing, then SHUTDOWN_GRACE)"),
             f"follower reconnects    {self.reconnects}",
+            (f"delta interval         p50 {percentile(self.intervals, 0.5) * 1000:.0f} ms, "
+             f"p99 {percentile(self.intervals, 0.99) * 1000:.0f} ms (every delta a follower got: the agent's pace, and load)"),
             (f"restart (SIGTERM to replacement serving) p50 {percentile(self.restart_seconds, 0.5):.2f} s, "
              f"max {max(self.restart_seconds, default=0):.2f} s (drain p50 {percentile(self.drain_seconds, 0.5):.2f} s)"),
             f"stop reasons           {', '.join(f'{reason} {count}' for reason, count in sorted(self.stop_reasons.items()))}",
@@ -472,6 +479,7 @@ async def run_rolling_restart(
         cookies[username] = await sync_to_async(session_for)(username)
     servers = [Replica(chr(ord("a") + i), free_port(), spec) for i in range(replicas)]
     clients: list[tuple[Scope, TurnClient]] = []
+    sigterms: list[float] = []
     try:
         for server in servers:
             server.start()
@@ -500,6 +508,7 @@ async def run_rolling_restart(
         for server in servers:
             live = sum(1 for _, c in clients if c.final is None)
             sigterm_at = time.monotonic()
+            sigterms.append(sigterm_at)
             server.terminate()
             status = await asyncio.to_thread(server.wait, 2 * grace + 30)
             report.drain_seconds.append(time.monotonic() - sigterm_at)
@@ -524,7 +533,12 @@ async def run_rolling_restart(
     for scope, client in clients:
         report.reconnects += client.reconnects
         report.resent += client.resent
-        report.stalls.extend(client.stalls())
+        for stall in client.stalls():
+            report.stalls.append(stall)
+            sent = [at for at in sigterms if at <= stall.last_delta_at]
+            if sent:
+                report.streamed_after_sigterm.append(stall.last_delta_at - sent[-1])
+        report.intervals.extend(later - earlier for earlier, later in zip(client.deltas, client.deltas[1:]))
         if client.final is None:
             report.unfinished += 1
             report.stop_reasons["unfinished"] += 1
@@ -540,6 +554,10 @@ async def run_rolling_restart(
         report.answer_chars += len(answer)
         report.lost += partial.lost
         report.duplicated += partial.duplicated
+        if partial.lost or partial.duplicated or client.gaps:
+            report.notes.append(
+                f"conversation {client.conversation_id}: followed {len(client.text)} of {len(answer)} characters, "
+                f"{partial.lost} lost, {partial.duplicated} duplicated, {client.gaps} gaps, {client.reconnects} reconnects")
         events = (await event_store().alist(scope, client.conversation_id, types=["handed_off"],
                                             limit=app_settings.MAX_PAGE_SIZE)).events
         report.handed_off += len(events)
