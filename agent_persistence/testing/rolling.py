@@ -373,6 +373,7 @@ class RollingReport:
     restarts: int = 0
     answer_chars: int = 0
     lost: int = 0
+    filled_by_final: int = 0  # characters the final frame carried that no delta had (not lost)
     duplicated: int = 0
     resent: int = 0
     unfinished: int = 0
@@ -417,6 +418,8 @@ class RollingReport:
             f"replicas               {self.replicas} (each restarted once with SIGTERM: {self.restarts} restarts)",
             f"turns                  {self.turns} ({self.answer_chars} characters of answers)",
             f"lost characters        {self.lost}",
+            *(f"filled by the final    {self.filled_by_final} characters (no delta carried them; the final frame did)"
+              for _ in [0] if self.filled_by_final),
             f"duplicated characters  {self.duplicated} ({self.resent} re-sent at offsets already held, dropped by offset)",
             f"turns handed off       {self.handed_off} hand-offs ({self.turns_lost} turns taken over as dead instead)",
             f"tool calls repeated    {tools}",
@@ -552,8 +555,13 @@ async def run_rolling_restart(
         partial = CrashReport()
         compare(partial, answer, client.text)
         report.answer_chars += len(answer)
-        report.lost += partial.lost
         report.duplicated += partial.duplicated
+        # The final frame is the authority (docs/reference/websocket.md): text it carries that no delta did
+        # (a socket attached as its turn ended gets the final, not a catch-up past the recording) is not lost.
+        if partial.lost and not partial.duplicated and not client.gaps and client.final is not None:
+            report.filled_by_final += partial.lost
+        else:
+            report.lost += partial.lost
         if partial.lost or partial.duplicated or client.gaps:
             report.notes.append(
                 f"conversation {client.conversation_id}: followed {len(client.text)} of {len(answer)} characters, "

@@ -8,8 +8,8 @@ SIGTERM in turn, and a replacement starts on its port before the next one goes. 
 gets its whole answer, each character once; the agent's tool, which counts its own executions,
 ran once per call; every turn ended ``completed``; every turn still live at a SIGTERM was handed
 off (none taken over as dead after ``DEAD_AFTER``); and the stall of each hand-off a follower saw
-(last delta before to first after, a reconnect included) has a median under 1 s and a p99 under a
-crash takeover (see :data:`STALL_P99`).
+(last delta before to first after, a reconnect included) has a median and a p99 under the bounds
+:data:`STALL_P50` and :data:`STALL_P99` (below a crash takeover; the 1 s target is the benchmark's).
 
 PostgreSQL + Redis only: on SQLite four processes (three servers and the test) share one file,
 and without Redis a follower on another replica reads the recording: ``tests/test_crash_command.py``
@@ -45,12 +45,13 @@ pytestmark = [
 TURNS = 24
 USERS = 4
 CHUNKS, DELAY = 100, 0.2  # 20 s of answer each (a restart takes 3-8 s here), 120 deltas/s in all
-#: The target: a follower's stall at a hand-off is under 1 s for most hand-offs (the median)...
+#: The target is a p99 under 1 s. Measured here (the shared 2-core machine at a load of 4-7, three servers
+#: restarting beside 24 streaming turns): median 0.7-1.1 s, p99 1.2-2.5 s (benchmarks/README.md, "Rolling
+#: deploys"): each replica's hand-off writes and its survivors' claims queue on the process's one thread for
+#: database work. The bounds are generous for a loaded CI machine, and still far below a crash takeover
+#: with the library's defaults (DEAD_AFTER 3 s plus the resume: 3.6-3.95 s measured), which every hand-off
+#: must beat: median under 2 s, p99 under 3.5 s.
 STALL_P50 = 2.0
-#: ...and every one stays under a crash takeover with the library's defaults (DEAD_AFTER 3 s plus the
-#: resume: 3.6-3.95 s measured). Generous for the p99: on a loaded 2-core machine (CI, or the shared
-#: development machine at a load of 5-10) three servers starting and draining beside the streaming turns
-#: queue the hand-offs' writes and claims (the p99 measured 1.5-2.5 s there; benchmarks/README.md).
 STALL_P99 = 3.5
 
 
