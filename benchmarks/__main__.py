@@ -11,6 +11,7 @@ from . import (
     api,
     api_cpu,
     checkpoints,
+    deploy,
     idle_sockets,
     langgraph_saver,
     pages,
@@ -32,6 +33,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "activities": activities,
     "pages": pages,
     "api-cpu": api_cpu,
+    "deploy": deploy,
 }
 
 

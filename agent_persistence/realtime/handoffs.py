@@ -38,7 +38,7 @@ async def claim_handed_off_turns() -> None:
     """The reaper's companion: join :data:`.groups.HANDOFFS_GROUP` and resume every turn announced there."""
     if not layer_spans_processes():
         return
-    layer = get_channel_layer()
+    layer = listener_layer()
     channel = await layer.new_channel()
     keeper = asyncio.get_running_loop().create_task(_keep_joined(layer, channel), name="agent_persistence.handoffs.join")
     claims: set[asyncio.Task[Any]] = set()
@@ -61,6 +61,24 @@ async def claim_handed_off_turns() -> None:
                 claim.add_done_callback(claims.discard)
     finally:
         keeper.cancel()
+
+
+def listener_layer() -> Any:
+    """A channel layer instance of the listener's own, not the process's shared one.
+
+    channels-redis receives on one event loop per layer instance, and the relay
+    (:class:`.delivery.Relay`) receives on the server's loop while this listener runs on the
+    reaper's (the producer loop): on the shared instance each refused the other in turn ("Two
+    event loops are trying to receive() on one channel layer at once!"), so the relay kept going
+    down (followers fell back to reading the recording) and announcements went unheard (claims
+    waited for a sweep). A layer set without a configuration (tests) is used as it is.
+    """
+    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
+
+    try:
+        return channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+    except KeyError:
+        return get_channel_layer()
 
 
 def _claim(message: dict[str, Any], me: str) -> asyncio.Task[Any] | None:
