@@ -28,3 +28,17 @@ class AgentPersistenceConfig(AppConfig):
 
         # REAPER_ENABLED: the reaper starts with the process's first request, whatever it serves.
         request_started.connect(on_request_started, dispatch_uid="agent_persistence.reaper")
+
+        from .conf import app_settings
+
+        if app_settings.TURN_RUNNER == "tasks":
+            import sys
+
+            from .runtime import workers
+
+            if workers.is_worker_process(sys.argv):
+                from .runtime.lifecycle import ensure_reaper
+
+                ensure_reaper()  # db_worker: the reaper starts with the worker, not with its first task
+            if "celery" in sys.modules:
+                workers.connect_celery()

@@ -31,3 +31,8 @@ if os.environ.get("AP_REAPER_INTERVAL"):  # the in-process reaper on, sweeping a
 
 if os.environ.get("AP_SHUTDOWN_GRACE"):  # the hand-off tests: a short grace, so a long turn is handed off
     AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "SHUTDOWN_GRACE": float(os.environ["AP_SHUTDOWN_GRACE"])}
+
+if os.environ.get("AP_TURN_RUNNER") == "tasks":  # the worker tier: producers on db_worker (or Celery) processes
+    INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks", "django_tasks_db"]  # noqa: F405
+    TASKS = {"default": {"BACKEND": os.environ.get("AP_TASK_BACKEND", "django_tasks_db.DatabaseBackend")}}
+    AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "TURN_RUNNER": "tasks"}
