@@ -37,8 +37,6 @@ class AgentPersistenceConfig(AppConfig):
             from .runtime import workers
 
             if workers.is_worker_process(sys.argv):
-                from .runtime.lifecycle import ensure_reaper
-
-                ensure_reaper()  # db_worker: the reaper starts with the worker, not with its first task
+                workers.ensure_reaper()  # db_worker: the reaper starts with the worker, not with its first task
             if "celery" in sys.modules:
                 workers.connect_celery()

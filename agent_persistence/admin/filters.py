@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
@@ -11,7 +10,6 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from ..conf import app_settings
 from ..models import SupervisionStatus
 from ..statuses import QUEUED_REPLICA
 from ..stores.rules.supervision import dead_q

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 
 from ..conf import app_settings
 from ..exceptions import Busy, Conflict, ConversationNotOwned, Gone, NotFound, ShuttingDown
@@ -125,9 +126,11 @@ def begin_turn(scope: Scope, conversation_id: Any, *, content: Any, agent: str |
 def launch(plan: TurnPlan, *, took_over: bool = False) -> TurnHandle:
     """Drive ``plan`` as an asyncio task on the running loop; with ``TURN_RUNNER = "tasks"``, enqueue it for a worker."""
     if runs_on_workers():
-        from .workers import enqueue_on_commit
-
-        enqueued = asyncio.get_running_loop().create_task(enqueue_on_commit(plan), name=f"agent_persistence.enqueue.{plan.message_id}")
+        if hooks.run_enqueuer is None:
+            raise ImproperlyConfigured('TURN_RUNNER is "tasks" but agent_persistence.runtime.workers was not imported '
+                                       '(pip install "agent-persistence[tasks]"; AppConfig.ready imports it).')
+        enqueued = asyncio.get_running_loop().create_task(hooks.run_enqueuer(plan),
+                                                          name=f"agent_persistence.enqueue.{plan.message_id}")
         return TurnHandle(plan.conversation_id, plan.message_id, plan.run_id, plan.epoch, plan.resumed,
                           enqueued, took_over, queued=True)
     return launch_here(plan, took_over=took_over)

@@ -41,7 +41,8 @@ from django.db import transaction
 from ..scope import Scope
 from ..stores import supervision_store, turn_store
 from ..stores.protocols import TurnPlan
-from . import loop
+from . import hooks, loop
+from .lifecycle import ensure_reaper, launch_here
 from .producer import replica_id
 from .shutdown import drain, is_draining, stop_taking_turns
 
@@ -113,8 +114,6 @@ def drive_turn(*, conversation_id: str, message_id: str, run_id: str, epoch: int
                                 epoch=epoch, agent_name=agent, resumed=resumed)
 
     async def start() -> None:
-        from .lifecycle import launch_here
-
         launch_here(plan)
 
     loop.run(start(), timeout=30)
@@ -133,8 +132,6 @@ def start_worker() -> None:
     Called by each task: a worker installs its own signal handlers once it runs (after ``AppConfig.ready``),
     so the drain goes in front of them at its first task.
     """
-    from .lifecycle import ensure_reaper
-
     ensure_reaper()
     if threading.current_thread() is threading.main_thread():
         install_drain_on_sigterm()
@@ -195,8 +192,6 @@ def connect_celery() -> None:
     from celery import signals
 
     def ready(**kwargs: Any) -> None:
-        from .lifecycle import ensure_reaper
-
         ensure_reaper()
 
     def shutting_down(**kwargs: Any) -> None:
@@ -210,6 +205,8 @@ def connect_celery() -> None:
     signals.worker_ready.connect(ready, weak=False, dispatch_uid="agent_persistence.worker_ready")
     signals.worker_shutting_down.connect(shutting_down, weak=False, dispatch_uid="agent_persistence.worker_shutting_down")
 
+
+hooks.run_enqueuer = enqueue_on_commit
 
 #: Commands that are task workers: the reaper starts with them.
 WORKER_COMMANDS = frozenset({"db_worker"})

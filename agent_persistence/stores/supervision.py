@@ -14,13 +14,12 @@ lives in :mod:`.fencing`.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..conf import app_settings
 from ..exceptions import Busy, Conflict, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope

@@ -30,14 +30,13 @@ lock at BEGIN, which serialises the same transitions.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Collection
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..conf import app_settings
 from ..exceptions import Busy, Conflict, Fenced, Gone, NotFound, PendingInterrupts, Validation
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
@@ -693,7 +692,6 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         turns, oldest first."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
-        cutoff = (now or timezone.now()) - timedelta(seconds=app_settings.DEAD_AFTER)
         # A handed-off turn is claimable at once: no DEAD_AFTER to wait for.
         rows = (
             TurnSupervision.objects.filter(dead_q(now or timezone.now()) | Q(status=HANDED_OFF))
