@@ -97,7 +97,7 @@ class Seal:
 class TurnView:
     """One read of a conversation's turn, for followers and the stream endpoint.
 
-    ``state`` is "idle", "alive", "dead", "handing_off" (released at a
+    ``state`` is "idle", "queued" (enqueued for a worker), "alive", "dead", "handing_off" (released at a
     shutdown, claimable at once), "done", "errored" or "interrupted"
     (done, with pending interrupts). ``run_id`` and ``epoch`` name the run
     that holds the turn now (after a takeover, the resumed run).
