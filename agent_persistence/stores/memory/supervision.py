@@ -19,6 +19,7 @@ from ...conf import app_settings
 from ...exceptions import Busy, Gone, NotFound, Validation
 from ...models import SupervisionStatus, TurnSupervision
 from ...scope import Scope
+from ...statuses import QUEUED_REPLICA
 from ..protocols import SupervisionStoreProtocol
 from ..rules.base import clean_datetime, lookup_id, parse_id
 from ..rules.fencing import clean_entries
@@ -191,6 +192,18 @@ class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
                     self.db.supervision[pk].heartbeat_at = now
                     stamped.add(pk)
             return {pk for pk, _ in pairs} - stamped
+
+    def take_queued(self, conversation_id: Any, *, epoch: int, run_id: Any, replica: str) -> bool:
+        pk = lookup_id(conversation_id)
+        epoch = clean_lease_epoch(epoch)
+        run_id = parse_id(run_id, "run_id")
+        replica = clean_replica(replica)
+        with self.db.lock:
+            row = self.db.supervision.get(pk)
+            if row is None or (row.epoch, row.run_id, row.status, row.replica) != (epoch, run_id, RUNNING, QUEUED_REPLICA):
+                return False
+            row.replica, row.heartbeat_at = replica, timezone.now()
+            return True
 
     def finish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
         pk = lookup_id(conversation_id)

@@ -509,6 +509,14 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
         with self.db.lock:
             return {run_id for run_id in ids if run_id in self.db.runs and self.db.runs[run_id].cancel_requested}
 
+    def plan_of(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int, agent_name: str,
+                resumed: bool) -> TurnPlan:
+        check_scope(scope)
+        with self.db.lock:
+            return self._plan(scope, lookup_id(conversation_id), message_id=parse_id(message_id, "message_id"),
+                              run_id=parse_id(run_id, "run_id"), epoch=clean_lease_epoch(epoch), agent_name=str(agent_name),
+                              resumed=bool(resumed))
+
     def scope_of(self, conversation_id: Any) -> Scope:
         pk = lookup_id(conversation_id)
         with self.db.lock:
