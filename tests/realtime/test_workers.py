@@ -33,7 +33,6 @@ from tests.agents import ANSWER, CHUNKS, TOOL_AT
 from tests.realtime.client import StreamClient
 from tests.realtime.servers import ROOT, Server, logged_in_session, receive, send, server_env, socket_to
 
-pytest.importorskip("django_tasks_db")
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60), pytest.mark.e2e]
 
@@ -84,6 +83,7 @@ def tier_env(tool_log: Path) -> dict[str, str]:
 @pytest.fixture
 def tier(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """The environment, with the task table migrated and empty; the processes a test starts are stopped after."""
+    pytest.importorskip("django_tasks_db")
     env = tier_env(tmp_path / "tool.log")
     subprocess.run([sys.executable, "-m", "django", "migrate", "django_tasks_database", "-v", "0"], cwd=ROOT, env=env,
                    check=True, capture_output=True, timeout=60)
@@ -251,3 +251,93 @@ async def test_a_worker_sigtermed_mid_turn_hands_it_to_another_worker_without_re
     runs = (await run_store().alist(scope, conversation_id)).items
     assert sorted((run.status, (run.error or {}).get("code")) for run in runs)[-1] == ("completed", None)
     assert len(runs) == 2, [(run.status, run.error) for run in runs]
+
+
+# -- Celery through django-tasks-celery (Django 6, Python 3.12+), a real Redis broker, real celery workers -------------
+
+
+class CeleryWorker(Worker):
+    """One ``celery -A tests.realtime.celery_app worker --pool solo`` process (the task runs in the worker process)."""
+
+    def __init__(self, env: dict[str, str], name: str) -> None:  # noqa: D107 - a Worker with another command
+        self.name = name
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_celery_{os.getpid()}_{name}.log"
+        self.log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.realtime.celery_app", "worker", "--pool", "solo", "-n",
+             f"{name}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True,
+        )
+
+
+@pytest.fixture
+def celery_tier(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The tier on Celery: the broker is a private Redis server on a free port (the layer is REDIS_URL's, when set)."""
+    pytest.importorskip("django_tasks_celery")
+    from tests.realtime.redis_server import RedisServer
+
+    broker = RedisServer()
+    broker.start()
+    env = tier_env(tmp_path / "tool.log")
+    env["AP_CELERY_BROKER"] = broker.url
+    started: list[Any] = []
+
+    def web() -> Server:
+        server = Server(env, f"web-{len(started)}", lifespan="on")
+        started.append(server)
+        server.wait_ready()
+        return server
+
+    def worker() -> CeleryWorker:
+        process = CeleryWorker(env, f"celery-{len(started)}")
+        started.append(process)
+        return process
+
+    try:
+        yield {"env": env, "web": web, "worker": worker, "tool_log": tmp_path / "tool.log"}
+    finally:
+        for process in reversed(started):
+            if os.environ.get("AP_SHOW_LOGS"):
+                print(f"--- {process.name}\n{process.output()}")
+            process.stop()
+        broker.stop()
+
+
+async def test_celery_a_worker_streams_a_queued_turn_whole(celery_tier: Any, session: Any) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(celery_tier["web"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        await follow_until(socket, client, frames, state="queued", timeout=10)
+        await sync_to_async(celery_tier["worker"])()
+        await follow_until(socket, client, frames, timeout=30)
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    assert_once(frames)
+    runs = (await run_store().alist(scope, conversation_id)).items
+    assert [run.status for run in runs] == ["completed"]
+
+
+async def test_celery_a_worker_sigtermed_mid_turn_hands_it_to_another(celery_tier: Any, session: Any) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(celery_tier["web"])()
+    first = await sync_to_async(celery_tier["worker"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        await follow_until(socket, client, frames, text=len("".join(CHUNKS[: TOOL_AT + 5])), timeout=30)
+        await sync_to_async(celery_tier["worker"])()  # the survivor
+        await sync_to_async(first.signal)(signal.SIGTERM)
+        exit_status = await sync_to_async(first.wait)(30)
+        await follow_until(socket, client, frames, timeout=30)
+    assert exit_status == 0, first.output()
+    assert "Worker shut down: 1 turn(s) handed off" in first.output(), first.output()
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    assert_once(frames)
+    assert tool_runs(celery_tier["tool_log"]) == ["start q1", "done q1"]
+    runs = (await run_store().alist(scope, conversation_id)).items
+    assert len(runs) == 2 and max(run.status for run in runs) == "completed", [(run.status, run.error) for run in runs]
