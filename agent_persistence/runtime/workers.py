@@ -187,7 +187,7 @@ def connect_celery() -> None:
     """Celery workers: the reaper with the worker, the drain on its warm shutdown (``worker_shutting_down``).
 
     The producers run in the process that runs the task: use a pool that runs tasks in the worker process
-    (``--pool solo`` or ``--pool threads``); prefork children are not drained.
+    (``--pool solo``, what the tests run, or ``--pool threads``); prefork children are not drained.
     """
     from celery import signals
 

@@ -10,12 +10,11 @@ order to keep.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
-from ...conf import app_settings
 from ...exceptions import Busy, Gone, NotFound, Validation
 from ...models import SupervisionStatus, TurnSupervision
 from ...scope import Scope
@@ -69,9 +68,9 @@ class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
     def list_dead(self, *, now: datetime | None = None, limit: int = 100) -> list[TurnSupervision]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
-        cutoff = clean_now(now) - timedelta(seconds=app_settings.DEAD_AFTER)
+        now = clean_now(now)
         with self.db.lock:
-            rows = [row for row in self.db.supervision.values() if row.status == RUNNING and row.heartbeat_at < cutoff]
+            rows = [row for row in self.db.supervision.values() if is_dead(row, now)]
             rows.sort(key=lambda row: (row.heartbeat_at, row.pk))
             return [clone(row) for row in rows[:limit]]
 
