@@ -34,7 +34,15 @@ class AgentPersistenceConfig(AppConfig):
         if app_settings.TURN_RUNNER == "tasks":
             import sys
 
-            from .runtime import workers
+            try:
+                from .runtime import workers
+            except ImportError as exc:
+                from django.core.exceptions import ImproperlyConfigured
+
+                raise ImproperlyConfigured(
+                    'AGENT_PERSISTENCE["TURN_RUNNER"] is "tasks" but Django\'s Tasks framework does not import '
+                    f'({exc}): pip install "agent-persistence[tasks]" (docs/howto/deploy.md).'
+                ) from exc
 
             if workers.is_worker_process(sys.argv):
                 workers.ensure_reaper()  # db_worker: the reaper starts with the worker, not with its first task
