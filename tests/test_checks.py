@@ -181,8 +181,8 @@ def test_w105_turn_runner_tasks_needs_a_task_backend_that_a_worker_runs(tasks: d
         found = check_turn_runner()
         assert ids(found) == (["agent_persistence.W105"] if warned else [])
         assert not warned or 'TURN_RUNNER is "tasks"' in found[0].msg
-        if tasks is None:
-            assert "no TASKS backend is configured" in found[0].msg
+        if tasks is None:  # Django 6's global default is the immediate backend; the backport has none
+            assert "no TASKS backend is configured" in found[0].msg or "ImmediateBackend" in found[0].msg
     with override_settings(**{**overrides, "AGENT_PERSISTENCE": {"TURN_RUNNER": "inprocess"}}):
         assert check_turn_runner() == []  # in-process producers need no task backend
 
