@@ -28,3 +28,23 @@ class AgentPersistenceConfig(AppConfig):
 
         # REAPER_ENABLED: the reaper starts with the process's first request, whatever it serves.
         request_started.connect(on_request_started, dispatch_uid="agent_persistence.reaper")
+
+        from .conf import app_settings
+
+        if app_settings.TURN_RUNNER == "tasks":
+            import sys
+
+            try:
+                from .runtime import workers
+            except ImportError as exc:
+                from django.core.exceptions import ImproperlyConfigured
+
+                raise ImproperlyConfigured(
+                    'AGENT_PERSISTENCE["TURN_RUNNER"] is "tasks" but Django\'s Tasks framework does not import '
+                    f'({exc}): pip install "agent-persistence[tasks]" (docs/howto/deploy.md).'
+                ) from exc
+
+            if workers.is_worker_process(sys.argv):
+                workers.ensure_reaper()  # db_worker: the reaper starts with the worker, not with its first task
+            if "celery" in sys.modules:
+                workers.connect_celery()

@@ -26,6 +26,8 @@ Deployment checks, run by ``manage.py check --deploy`` only:
 - W102: the default channel layer is the in-memory one (live updates stay in one process).
 - W103: a key published in this repository (the example project's or the test suite's).
 - W104: DEBUG is on.
+- W105: ``TURN_RUNNER = "tasks"`` without a task backend a worker can run (none configured, the
+  backport's default, or the immediate or dummy backend).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ POSITIVE_NUMBERS = (
     "WEBSOCKET_ACCESS_CHECK_INTERVAL",
     "WEBSOCKET_IDLE_POLL_MAX",
     "REAPER_INTERVAL",
+    "QUEUED_DEAD_AFTER",
     "MAX_FILE_BYTES",
     "MAX_STATE_BYTES",
     "MAX_MESSAGE_BYTES",
@@ -130,6 +133,9 @@ def _check_numbers() -> list[Any]:
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
         errors.append(Error(f"{SETTING_NAME}['SHUTDOWN_GRACE'] must be a number of seconds, 0 or more, not {grace!r}.",
                             id="agent_persistence.E003"))
+    if app_settings.raw("TURN_RUNNER") not in ("inprocess", "tasks"):
+        errors.append(Error(f'{SETTING_NAME}[\'TURN_RUNNER\'] must be "inprocess" or "tasks", not '
+                            f'{app_settings.raw("TURN_RUNNER")!r}.', id="agent_persistence.E003"))
     attempts = app_settings.raw("MAX_RESUME_ATTEMPTS")
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         errors.append(Error(f"{SETTING_NAME}['MAX_RESUME_ATTEMPTS'] must be a whole number, 1 or more.", id="agent_persistence.E003"))
@@ -313,7 +319,35 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 id="agent_persistence.W104",
             )
         )
+    warnings.extend(check_turn_runner())
     return warnings
+
+
+#: Task backends that run no worker: the immediate one runs the task in the web process, the dummy one never.
+NO_WORKER_BACKENDS = frozenset({
+    "django.tasks.backends.immediate.ImmediateBackend",
+    "django.tasks.backends.dummy.DummyBackend",
+    "django_tasks.backends.immediate.ImmediateBackend",
+    "django_tasks.backends.dummy.DummyBackend",
+})
+
+
+def check_turn_runner() -> list[Any]:
+    """W105 (``check --deploy``): ``TURN_RUNNER = "tasks"`` with no task backend that a worker runs."""
+    if app_settings.raw("TURN_RUNNER") != "tasks":
+        return []
+    backend = ((getattr(settings, "TASKS", None) or {}).get("default") or {}).get("BACKEND")
+    if backend is not None and backend not in NO_WORKER_BACKENDS:
+        return []
+    problem = "no TASKS backend is configured" if backend is None else f"the default TASKS backend is {backend}"
+    return [
+        Warning(
+            f'TURN_RUNNER is "tasks" but {problem}: turns would run in the web process (immediate) or never (dummy).',
+            hint='Configure a worker backend (django_tasks_db.DatabaseBackend, django_tasks_celery.CeleryBackend) and '
+            'run its workers (docs/howto/deploy.md), or set TURN_RUNNER = "inprocess".',
+            id="agent_persistence.W105",
+        )
+    ]
 
 
 __all__ = ["DEFAULTS", "check_databases", "check_deployment", "check_settings", "check_sqlite_transactions"]

@@ -57,6 +57,11 @@ DEFAULTS: dict[str, Any] = {
     # still running then are handed off at their next step (agent_persistence.runtime.shutdown).
     "SHUTDOWN_GRACE": 10.0,
     "REAPER_ENABLED": False,
+    # Where producers run: "inprocess" (the process that accepted the turn) or "tasks" (a worker of
+    # Django's Tasks framework: db_worker, celery worker; agent_persistence.runtime.workers).
+    "TURN_RUNNER": "inprocess",
+    # Seconds a turn enqueued for a worker may wait before a reaper judges it dead (its task lost) and enqueues it again.
+    "QUEUED_DEAD_AFTER": 60.0,
     "REAPER_INTERVAL": 5.0,
     # Resumes of one turn that may fail (the producer died or raised before its seal) before the
     # reaper closes the turn out as errored with its partial answer instead of resuming it again.

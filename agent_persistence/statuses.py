@@ -72,6 +72,14 @@ class TurnState(models.TextChoices):
     INTERRUPTED = "interrupted", _("interrupted")
     #: Its producer's process shut down and released it (stored ``handed_off``): any replica may claim it now.
     HANDING_OFF = "handing_off", _("handing off")
+    #: ``TURN_RUNNER = "tasks"``: claimed and enqueued, no worker has taken it yet (stored ``running`` with the
+    #: replica :data:`QUEUED_REPLICA`, until the worker's first heartbeat names its own).
+    QUEUED = "queued", _("queued")
+
+
+#: The replica of a supervision row whose turn waits for a worker (``TURN_RUNNER = "tasks"``); a replica id is
+#: ``host:pid`` or ``REPLICA_ID``, never this.
+QUEUED_REPLICA = "queued"
 
 
 class SupervisionStatus(models.TextChoices):

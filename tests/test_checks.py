@@ -159,3 +159,37 @@ def test_w101_names_the_sqlite_database_and_only_on_sqlite() -> None:
         assert len(found) == 1 and "Database 'default' is SQLite" in found[0].msg
     else:
         assert found == []
+
+
+@pytest.mark.parametrize(
+    ("tasks", "warned"),
+    [
+        (None, True),  # no TASKS: the backport's default, the immediate backend
+        ({"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}, True),
+        ({"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}, True),
+        ({"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}, False),
+        ({"default": {"BACKEND": "django_tasks_celery.CeleryBackend"}}, False),
+    ],
+)
+def test_w105_turn_runner_tasks_needs_a_task_backend_that_a_worker_runs(tasks: dict[str, object] | None, warned: bool) -> None:
+    from agent_persistence.checks import check_turn_runner
+
+    overrides: dict[str, object] = {"AGENT_PERSISTENCE": {"TURN_RUNNER": "tasks"}}
+    if tasks is not None:
+        overrides["TASKS"] = tasks
+    with override_settings(**overrides):
+        found = check_turn_runner()
+        assert ids(found) == (["agent_persistence.W105"] if warned else [])
+        assert not warned or 'TURN_RUNNER is "tasks"' in found[0].msg
+        if tasks is None:  # Django 6's global default is the immediate backend; the backport has none
+            assert "no TASKS backend is configured" in found[0].msg or "ImmediateBackend" in found[0].msg
+    with override_settings(**{**overrides, "AGENT_PERSISTENCE": {"TURN_RUNNER": "inprocess"}}):
+        assert check_turn_runner() == []  # in-process producers need no task backend
+
+
+def test_turn_runner_is_inprocess_or_tasks() -> None:
+    from agent_persistence.checks import check_settings
+
+    with override_settings(AGENT_PERSISTENCE={"TURN_RUNNER": "celery"}):
+        errors = [message for message in check_settings() if "TURN_RUNNER" in message.msg]
+    assert ids(errors) == ["agent_persistence.E003"] and 'must be "inprocess" or "tasks"' in errors[0].msg

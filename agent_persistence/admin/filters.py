@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
@@ -11,18 +10,22 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from ..conf import app_settings
 from ..models import SupervisionStatus
+from ..statuses import QUEUED_REPLICA
+from ..stores.rules.supervision import dead_q
 
 
 def live_state_q(state: str, prefix: str = "") -> Q:
     """The rows whose supervision reads ``state`` now (``prefix`` reaches it from another model)."""
     running = Q(**{f"{prefix}status": SupervisionStatus.RUNNING})
-    cutoff = timezone.now() - timedelta(seconds=float(app_settings.DEAD_AFTER))
+    queued = Q(**{f"{prefix}replica": QUEUED_REPLICA})
+    dead = dead_q(timezone.now(), prefix)
     if state == "alive":
-        return running & Q(**{f"{prefix}heartbeat_at__gte": cutoff})
+        return running & ~queued & ~dead
+    if state == "queued":  # TURN_RUNNER "tasks": enqueued, no worker took it yet (until its first heartbeat)
+        return running & queued & ~dead
     if state == "dead":
-        return running & Q(**{f"{prefix}heartbeat_at__lt": cutoff})
+        return dead
     if state == "idle":
         return Q(**{f"{prefix}status__isnull": True})
     if state == "handing_off":  # stored handed_off: released at a shutdown, claimable at once
@@ -31,12 +34,12 @@ def live_state_q(state: str, prefix: str = "") -> Q:
 
 
 class LiveStatusFilter(admin.SimpleListFilter):
-    """alive / dead / handing_off / done / errored, as the live status column says."""
+    """queued / alive / dead / handing_off / done / errored, as the live status column says."""
 
     title = _("live status")
     parameter_name = "live"
     prefix = ""
-    states = ("alive", "dead", "handing_off", "done", "errored")
+    states = ("queued", "alive", "dead", "handing_off", "done", "errored")
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(state, state) for state in self.states]
@@ -51,4 +54,4 @@ class ConversationLiveStatusFilter(LiveStatusFilter):
     """The same, for conversations (``idle``: no turn was ever claimed)."""
 
     prefix = "supervision__"
-    states = ("alive", "dead", "handing_off", "done", "errored", "idle")
+    states = ("queued", "alive", "dead", "handing_off", "done", "errored", "idle")

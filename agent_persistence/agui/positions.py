@@ -85,7 +85,7 @@ def check_position(position: Position, turn: TurnView) -> Position:
             "The turn of this event id is over and another turn holds the conversation; read the transcript.",
             code="turn_superseded", field=HEADER,
         )
-    if turn.state == "alive":
+    if turn.state in ("alive", "queued"):  # queued: a worker takes it and streams on (TURN_RUNNER "tasks")
         return position
     message = (turn.final or {}).get("message") or (turn.record or {}).get("message") or {}
     text, calls = message.get("content") or "", message.get("tool_calls") or []

@@ -261,7 +261,14 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         handle = await run_async(start_turn(
             self.user_scope, self.conversation_id, content=frame["content"], agent=frame.get("agent"), message_id=frame.get("message_id"),
         ))
+        self.read_if_queued(handle)
         await self.send_json({"type": "started", **_handle(handle)})
+
+    def read_if_queued(self, handle: Any) -> None:
+        """A run enqueued for a worker (``TURN_RUNNER = "tasks"``) publishes nothing until a worker takes it: read the
+        turn now, so this client sees it ``queued``."""
+        if handle is not None and handle.queued and self.follower is not None:
+            self.follower.refresh()
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
         run = await run_async(cancel_turn(self.user_scope, self.conversation_id))
@@ -269,6 +276,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_answer(self, frame: dict[str, Any]) -> None:
         resolved, handle = await run_async(continue_turn(self.user_scope, self.conversation_id, frame["answers"]))
+        self.read_if_queued(handle)
         reply: dict[str, Any] = {"type": "answered", "interrupts": [str(interrupt.pk) for interrupt in resolved], "continued": handle is not None}
         if handle is not None:
             reply.update(_handle(handle))
@@ -276,6 +284,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_resume(self, frame: dict[str, Any]) -> None:
         handle = await run_async(resume_turn(self.user_scope, self.conversation_id, message_id=frame.get("message_id")))
+        self.read_if_queued(handle)
         await self.send_json({"type": "resumed", **_handle(handle)})
 
     # -- client frames on a new id (no conversation yet) -------------------------------------------

@@ -295,6 +295,11 @@ class Follower:
         await self.apply_view(view, attaching=True)
         self.task = asyncio.get_running_loop().create_task(self.follow(), name=f"agent_persistence.follower.{self.conversation_id}")
 
+    def refresh(self) -> None:
+        """Read the turn at once (something changed that no live update brings, e.g. a turn enqueued for a worker)."""
+        self.read_requested = True
+        self.queue.put_nowait({"kind": "layer"})
+
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
@@ -341,7 +346,7 @@ class Follower:
         if self.behind:
             return flush
         covered = self.covered()
-        if self.state == "alive":
+        if self.state in ("alive", "queued"):  # queued: a worker takes it within moments (TURN_RUNNER "tasks")
             live = covered or time.monotonic() - self.last_live < app_settings.DEAD_AFTER / 2
             return app_settings.DEAD_AFTER / 2 if live else flush
         if self.state in ("dead", "handing_off"):
@@ -539,7 +544,8 @@ class Follower:
         self.behind = False
         new_text = text[self.offset - base:]
         handed_off = self.state == "handing_off" and self.status is not None and epoch > self.status[3]
-        if run_id is not None and ((epoch > self.epoch and self.epoch) or handed_off):
+        if run_id is not None and ((epoch > self.epoch and self.epoch) or handed_off or self.state == "queued"):
+            # (queued: a worker took the turn, TURN_RUNNER "tasks"; its first delta makes it alive.)
             # A resumed producer: every follower learns the run and epoch that hold the turn now.
             await self.send_status("alive", message_id, run_id, epoch)
         self.epoch, self.index = epoch, index

@@ -110,6 +110,11 @@ def publish_handoff(update: HandOff) -> None:
 reaper_companions: list[Callable[[], Any]] = []
 
 
+#: ``TURN_RUNNER = "tasks"``: the coroutine function that enqueues a claimed run (a ``TurnPlan``) for a worker.
+#: :mod:`.workers` sets it when it is imported (``AppConfig.ready`` imports it when ``TURN_RUNNER`` is "tasks").
+run_enqueuer: Callable[[Any], Any] | None = None
+
+
 #: Awaited by :func:`flush_announcements`; ``agent_persistence.realtime`` registers one that waits until this
 #: loop's channel-layer sender has sent what is queued (the seal of a turn included).
 announcement_flushers: list[Callable[[], Any]] = []

@@ -4,7 +4,10 @@ Each asks the turn store (:mod:`agent_persistence.stores.turns`) for its
 transition, which is one transaction (so a refusal changes nothing), then
 launches a :class:`~.producer.Producer` as an asyncio task on the running
 event loop and returns a :class:`TurnHandle` at once. Await ``handle.task``
-to wait for the outcome. This module opens no transaction and touches no
+to wait for the outcome. With ``TURN_RUNNER = "tasks"`` the transition is the
+same (claimed for the replica ``queued``) but the run is enqueued for a worker
+once it has committed (:mod:`.workers`); ``handle.queued`` is then True and
+``handle.task`` ends once the run is enqueued (the entry points await it). This module opens no transaction and touches no
 model: every write is a store call.
 """
 
@@ -18,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 
 from ..conf import app_settings
 from ..exceptions import Busy, Conflict, ConversationNotOwned, Gone, NotFound, ShuttingDown
 from ..scope import Scope
-from ..statuses import TurnState
+from ..statuses import QUEUED_REPLICA, TurnState
 from ..stores import conversation_store, run_store, supervision_store, turn_store
 from ..stores.protocols import Continuation, TurnPlan
 from ..stores.rules.turns import PRODUCER_LOST  # the error a turn closed out after its producer died carries
@@ -45,6 +49,18 @@ class TurnHandle:
     task: "asyncio.Task[Outcome]"
     #: Answering took over a turn whose producer had died (and resumed it here).
     took_over: bool = False
+    #: ``TURN_RUNNER = "tasks"``: the run is enqueued for a worker (``task`` ends once it is, not with the turn).
+    queued: bool = False
+
+
+def runs_on_workers() -> bool:
+    """Whether producers run on a worker tier (``TURN_RUNNER = "tasks"``) rather than in the accepting process."""
+    return app_settings.TURN_RUNNER == "tasks"
+
+
+def claimant() -> str:
+    """The replica a transition claims the turn for: this process, or ``queued`` for a worker to take."""
+    return QUEUED_REPLICA if runs_on_workers() else replica_id()
 
 
 def supervisor() -> Supervisor:
@@ -103,12 +119,32 @@ def begin_turn(scope: Scope, conversation_id: Any, *, content: Any, agent: str |
     refuse_if_draining()
     return turn_store().begin(
         scope, conversation_id, content=content, known_agents=app_settings.AGENTS, agent=agent,
-        message_id=message_id, user_message_id=user_message_id, metadata=metadata, replica=replica_id(),
+        message_id=message_id, user_message_id=user_message_id, metadata=metadata, replica=claimant(),
     )
 
 
 def launch(plan: TurnPlan, *, took_over: bool = False) -> TurnHandle:
-    """Drive ``plan`` as an asyncio task on the running loop."""
+    """Drive ``plan`` as an asyncio task on the running loop; with ``TURN_RUNNER = "tasks"``, enqueue it for a worker."""
+    if runs_on_workers():
+        if hooks.run_enqueuer is None:
+            raise ImproperlyConfigured('TURN_RUNNER is "tasks" but agent_persistence.runtime.workers was not imported '
+                                       '(pip install "agent-persistence[tasks]"; AppConfig.ready imports it).')
+        enqueued = asyncio.get_running_loop().create_task(hooks.run_enqueuer(plan),
+                                                          name=f"agent_persistence.enqueue.{plan.message_id}")
+        return TurnHandle(plan.conversation_id, plan.message_id, plan.run_id, plan.epoch, plan.resumed,
+                          enqueued, took_over, queued=True)
+    return launch_here(plan, took_over=took_over)
+
+
+async def enqueued(handle: TurnHandle) -> TurnHandle:
+    """``handle``, once its run is enqueued when it runs on a worker (at once otherwise)."""
+    if handle.queued:
+        await handle.task
+    return handle
+
+
+def launch_here(plan: TurnPlan, *, took_over: bool = False) -> TurnHandle:
+    """Drive ``plan`` as an asyncio task on the running loop, in this process (a worker's task calls it too)."""
     producer = Producer(plan, get_agent(plan.agent_name))
     task = asyncio.get_running_loop().create_task(producer.drive(), name=f"agent_persistence.turn.{plan.message_id}")
     producer.task = task
@@ -124,7 +160,7 @@ async def start_turn(scope: Scope, conversation_id: Any, *, content: Any, agent:
         scope, conversation_id, content=content, agent=agent, message_id=message_id,
         user_message_id=user_message_id, metadata=metadata,
     )
-    return launch(plan)
+    return await enqueued(launch(plan))
 
 
 # -- continue after interrupts -------------------------------------------------------------------
@@ -141,14 +177,14 @@ def begin_continuation(scope: Scope, conversation_id: Any, answers: list[dict[st
     """
     refuse_if_draining()
     return turn_store().continue_after_answers(scope, conversation_id, answers, resolved_by=resolved_by,
-                                               replica=replica_id())
+                                               replica=claimant())
 
 
 async def continue_turn(scope: Scope, conversation_id: Any, answers: list[dict[str, Any]], *,
                         resolved_by: str | None = None) -> tuple[list[Any], TurnHandle | None]:
     continuation = await sync_to_async(begin_continuation)(scope, conversation_id, answers, resolved_by=resolved_by)
     handle = launch(continuation.plan, took_over=continuation.took_over) if continuation.plan is not None else None
-    return continuation.interrupts, handle
+    return continuation.interrupts, handle and await enqueued(handle)
 
 
 # -- resume after a crash ---------------------------------------------------------------------------
@@ -161,12 +197,12 @@ def begin_resume(scope: Scope, conversation_id: Any, *, message_id: Any = None) 
     process drains. A handed-off turn is claimed at once.
     """
     refuse_if_draining()
-    return turn_store().resume(scope, conversation_id, message_id=message_id, replica=replica_id())
+    return turn_store().resume(scope, conversation_id, message_id=message_id, replica=claimant())
 
 
 async def resume_turn(scope: Scope, conversation_id: Any, *, message_id: Any = None) -> TurnHandle:
     plan = await sync_to_async(begin_resume)(scope, conversation_id, message_id=message_id)
-    return launch(plan)
+    return await enqueued(launch(plan))
 
 
 # -- stop ---------------------------------------------------------------------------------------------
@@ -363,10 +399,13 @@ __all__ = [
     "continue_turn",
     "ensure_reaper",
     "force_release",
+    "launch",
+    "launch_here",
     "reap_dead_turns",
     "reap_forever",
     "request_stop",
     "resume_turn",
+    "runs_on_workers",
     "start_turn",
     "stop_turn_now",
     "take_handed_off",

@@ -97,7 +97,7 @@ class Seal:
 class TurnView:
     """One read of a conversation's turn, for followers and the stream endpoint.
 
-    ``state`` is "idle", "alive", "dead", "handing_off" (released at a
+    ``state`` is "idle", "queued" (enqueued for a worker), "alive", "dead", "handing_off" (released at a
     shutdown, claimable at once), "done", "errored" or "interrupted"
     (done, with pending interrupts). ``run_id`` and ``epoch`` name the run
     that holds the turn now (after a takeover, the resumed run).
@@ -245,6 +245,11 @@ class TurnStoreProtocol(Protocol):
 
     def dead_turns(self, *, now: datetime | None = None, limit: int = 100) -> list[tuple[Scope, uuid.UUID, uuid.UUID]]:
         """``(owner scope, conversation id, message id)`` of turns whose producer is dead or that were handed off, oldest first."""
+        ...
+
+    def plan_of(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int, agent_name: str,
+                resumed: bool) -> TurnPlan:
+        """The plan of a run a transition claimed earlier, read again (a worker of ``TURN_RUNNER = "tasks"``)."""
         ...
 
 
@@ -857,6 +862,11 @@ class SupervisionStoreProtocol(Protocol):
 
     def heartbeat_many(self, entries: list[tuple[Any, int]], *, now: datetime | None = None) -> set[uuid.UUID]:
         """Stamp every live turn of this process in one statement; return the fenced conversation ids."""
+        ...
+
+    def take_queued(self, conversation_id: Any, *, epoch: int, run_id: Any, replica: str) -> bool:
+        """A worker takes a turn enqueued for it: write ``replica`` and the heartbeat iff the row still runs ``run_id``
+        at ``epoch`` with the replica ``queued``; whether it did (a task run twice takes nothing)."""
         ...
 
     def finish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .protocols import TurnView
 
 #: Turn states with a producer to tail (alive, or handing_off: another server takes it on at once) or to resume (dead).
-RUNNING_STATES = frozenset({"alive", "dead", "handing_off"})
+RUNNING_STATES = frozenset({"queued", "alive", "dead", "handing_off"})
 #: Turn states whose assistant message may not be written yet (running, or parked on a question).
 UNSEALED_STATES = RUNNING_STATES | {"interrupted"}
 #: Nesting of subagent cards beyond which children are not followed (a guard, not a limit anyone meets).

@@ -14,16 +14,16 @@ lives in :mod:`.fencing`.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Callable
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from ..conf import app_settings
 from ..exceptions import Busy, Conflict, Gone, NotFound, Validation
 from ..models import Conversation, SupervisionStatus, TurnSupervision
 from ..scope import Scope
+from ..statuses import QUEUED_REPLICA
 from .base import (
     clean_datetime,
     lookup_id,
@@ -49,6 +49,7 @@ from .rules.supervision import (
     clean_replica,
     clean_run_id,
     clean_status,
+    dead_q,
     is_claimable,
     is_dead,
     is_waiting,
@@ -92,8 +93,7 @@ class SupervisionStore(twins_of(SupervisionStoreProtocol)):
         """Running rows whose heartbeat is older than ``DEAD_AFTER``, oldest first (for the reaper)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
-        cutoff = clean_now(now) - timedelta(seconds=app_settings.DEAD_AFTER)
-        queryset = TurnSupervision.objects.filter(status=RUNNING, heartbeat_at__lt=cutoff)
+        queryset = TurnSupervision.objects.filter(dead_q(clean_now(now)))
         return list(queryset.order_by("heartbeat_at", "pk")[:limit])
 
     # -- claiming -----------------------------------------------------------------------------
@@ -219,6 +219,22 @@ class SupervisionStore(twins_of(SupervisionStoreProtocol)):
         stalled conversation never stops the heartbeats of the others.
         """
         return fence_many(entries, now=now, skip_locked=True)
+
+    def take_queued(self, conversation_id: Any, *, epoch: int, run_id: Any, replica: str) -> bool:
+        """A worker takes a turn enqueued for it (``TURN_RUNNER = "tasks"``): its first heartbeat, one statement.
+
+        Writes ``replica`` and the heartbeat iff the row still runs ``run_id`` at ``epoch`` and waits for a
+        worker (its replica is :data:`~agent_persistence.statuses.QUEUED_REPLICA`). Returns whether it did:
+        a task run twice, or one whose turn was taken over, ended or fenced meanwhile, takes nothing.
+        """
+        updated = TurnSupervision.objects.filter(
+            pk=lookup_id(conversation_id),
+            epoch=clean_lease_epoch(epoch),
+            run_id=parse_id(run_id, "run_id"),
+            status=RUNNING,
+            replica=QUEUED_REPLICA,
+        ).update(replica=clean_replica(replica), heartbeat_at=timezone.now())
+        return bool(updated)
 
     def finish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
         """Write the terminal status (done | errored) iff the row still runs that epoch and message.

@@ -30,14 +30,13 @@ lock at BEGIN, which serialises the same transitions.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Collection
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..conf import app_settings
 from ..exceptions import Busy, Conflict, Fenced, Gone, NotFound, PendingInterrupts, Validation
 from ..ids import uuid7
 from ..models import Conversation, Interrupt, Message, Run, StreamRecording, TurnSupervision
@@ -51,7 +50,7 @@ from .events import EventStore
 from .fencing import LOCK_ATTEMPTS, contended, fence, limit_lock_wait, lock_turn
 from .interrupts import InterruptStore
 from .protocols import Continuation, Seal, TurnPlan, TurnStoreProtocol, TurnView
-from .rules.supervision import HANDED_OFF, OPEN_STATUSES, is_claimable, is_waiting
+from .rules.supervision import HANDED_OFF, OPEN_STATUSES, dead_q, is_claimable, is_waiting
 from .rules.turns import (
     FORCE_RELEASED,
     HANDED_OFF as HANDED_OFF_ERROR,
@@ -693,14 +692,21 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         turns, oldest first."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
-        cutoff = (now or timezone.now()) - timedelta(seconds=app_settings.DEAD_AFTER)
         # A handed-off turn is claimable at once: no DEAD_AFTER to wait for.
         rows = (
-            TurnSupervision.objects.filter(Q(status=SupervisionStatus.RUNNING, heartbeat_at__lt=cutoff) | Q(status=HANDED_OFF))
+            TurnSupervision.objects.filter(dead_q(now or timezone.now()) | Q(status=HANDED_OFF))
             .order_by("heartbeat_at", "pk")
             .values_list("conversation__tenant", "conversation__owner", "conversation_id", "message_id")[:limit]
         )
         return [(Scope(tenant=tenant, user=owner), pk, message_id) for tenant, owner, pk, message_id in rows]
+
+    def plan_of(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int, agent_name: str,
+                resumed: bool) -> TurnPlan:
+        """The plan of a run a transition claimed earlier, read again (a worker of ``TURN_RUNNER = "tasks"``)."""
+        check_scope(scope)
+        return self._plan(scope, lookup_id(conversation_id), message_id=parse_id(message_id, "message_id"),
+                          run_id=parse_id(run_id, "run_id"), epoch=clean_lease_epoch(epoch), agent_name=str(agent_name),
+                          resumed=bool(resumed))
 
     # -- after the transaction ------------------------------------------------------------------
 

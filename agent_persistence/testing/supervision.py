@@ -301,6 +301,31 @@ class SupervisionStoreContract(FamilyContract):
             store.finish(conversation.pk, epoch=1, message_id=claim.message_id, status="running")
 
     @pytest.mark.django_db
+    def test_a_queued_turn_reads_queued_until_one_worker_takes_it(self, store: Any) -> None:
+        """``TURN_RUNNER = "tasks"``: claimed for the replica ``queued``, taken once (a task run twice takes nothing)."""
+        conversation = self.new_conversation()
+        run_id = uuid.uuid4()
+        claim = self.claim(store, conversation, run_id=run_id, replica="queued")
+        assert store.status(ALICE, conversation.pk).state == "queued"
+        assert not store.take_queued(conversation.pk, epoch=claim.epoch + 1, run_id=run_id, replica="worker-1:7")
+        assert not store.take_queued(conversation.pk, epoch=claim.epoch, run_id=uuid.uuid4(), replica="worker-1:7")
+        assert store.take_queued(conversation.pk, epoch=claim.epoch, run_id=run_id, replica="worker-1:7")
+        assert not store.take_queued(conversation.pk, epoch=claim.epoch, run_id=run_id, replica="worker-2:8")
+        status = store.status(ALICE, conversation.pk)
+        assert (status.state, status.replica) == ("alive", "worker-1:7")
+
+    @pytest.mark.django_db
+    def test_a_queued_turn_reads_dead_after_queued_dead_after_not_dead_after(self, store: Any) -> None:
+        conversation = self.new_conversation()
+        self.claim(store, conversation, replica="queued")
+        later = self.row_of(conversation).heartbeat_at + timedelta(seconds=app_settings.DEAD_AFTER + 1)
+        assert store.status(ALICE, conversation.pk, now=later).state == "queued"
+        assert store.list_dead(now=later) == []
+        much_later = self.row_of(conversation).heartbeat_at + timedelta(seconds=app_settings.QUEUED_DEAD_AFTER + 1)
+        assert store.status(ALICE, conversation.pk, now=much_later).state == "dead"
+        assert [row.conversation_id for row in store.list_dead(now=much_later)] == [conversation.pk]
+
+    @pytest.mark.django_db
     def test_a_taken_over_producer_cannot_finish_the_new_turn(self, store: Any) -> None:
         conversation = self.new_conversation()
         old = self.claim(store, conversation)

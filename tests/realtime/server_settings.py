@@ -31,3 +31,14 @@ if os.environ.get("AP_REAPER_INTERVAL"):  # the in-process reaper on, sweeping a
 
 if os.environ.get("AP_SHUTDOWN_GRACE"):  # the hand-off tests: a short grace, so a long turn is handed off
     AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "SHUTDOWN_GRACE": float(os.environ["AP_SHUTDOWN_GRACE"])}
+
+if os.environ.get("AP_TURN_RUNNER") == "tasks":  # the worker tier: producers on db_worker (or Celery) processes
+    AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "TURN_RUNNER": "tasks"}
+    if os.environ.get("AP_CELERY_BROKER"):  # Celery through django-tasks-celery (Django 6, Python 3.12+)
+        CELERY_BROKER_URL = os.environ["AP_CELERY_BROKER"]
+        CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+        TASKS = {"default": {"BACKEND": "django_tasks_celery.CeleryBackend",
+                             "OPTIONS": {"CELERY_APP": "tests.realtime.celery_app.app"}}}
+    else:  # django-tasks-db's db_worker
+        INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks", "django_tasks_db"]  # noqa: F405
+        TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

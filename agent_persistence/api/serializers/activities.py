@@ -83,9 +83,9 @@ class LiveTurnSerializer(serializers.Serializer):
     """The running turn to tail: attach with ``last_index`` = recording.index and ``offset`` = its text's length."""
 
     state = serializers.ChoiceField(
-        choices=["alive", "dead", "handing_off"],
-        help_text="alive: tail it; dead: its producer died (resume it); handing_off: its server shuts down and "
-        "another resumes it (tail it).",
+        choices=["queued", "alive", "dead", "handing_off"],
+        help_text="queued: waiting for a worker (TURN_RUNNER tasks; tail it); alive: tail it; dead: its producer died "
+        "(resume it); handing_off: its server shuts down and another resumes it (tail it).",
     )
     message_id = serializers.UUIDField()
     run_id = serializers.UUIDField(allow_null=True)

@@ -11,7 +11,7 @@ from ...models import Interrupt, InterruptKind, InterruptStatus, Run, RunStatus
 from .base import JSONObjectField, StrictCharField, StrictSerializer, page_serializer
 
 INTERRUPT_STATUS_FILTERS = [*InterruptStatus.values, "all"]
-TURN_STATES = ["idle", "alive", "dead", "handing_off", "done", "errored"]
+TURN_STATES = ["idle", "queued", "alive", "dead", "handing_off", "done", "errored"]
 
 
 # -- requests ------------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ class StreamStatusSerializer(serializers.Serializer):
 
     state = serializers.ChoiceField(
         choices=TURN_STATES,
-        help_text="idle: no turn yet; alive / dead: a turn is running and its producer's heartbeat is fresh / stale; "
+        help_text="idle: no turn yet; queued: enqueued for a worker (TURN_RUNNER tasks) that has not taken it yet; alive / dead: a turn is running and its producer's heartbeat is fresh / stale; "
         "handing_off: its producer's server shuts down and another resumes it at once; done / errored: the last turn ended.",
     )
     message_id = serializers.UUIDField(allow_null=True)

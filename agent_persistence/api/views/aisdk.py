@@ -217,7 +217,7 @@ class AiSdkChatStreamView(AiSdkView):
         except ValueError:
             raise NotFound() from None
         turn = turn_store().read_turn(self.scope, pk)  # 404 for what the user may not read
-        if turn.message_id is None or turn.state not in ("alive", "dead", "interrupted"):
+        if turn.message_id is None or turn.state not in ("queued", "alive", "dead", "interrupted"):  # queued: a worker takes it
             return HttpResponse(status=204)
         admitted = self.admit()
         try:

@@ -10,15 +10,15 @@ order to keep.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
-from ...conf import app_settings
 from ...exceptions import Busy, Gone, NotFound, Validation
 from ...models import SupervisionStatus, TurnSupervision
 from ...scope import Scope
+from ...statuses import QUEUED_REPLICA
 from ..protocols import SupervisionStoreProtocol
 from ..rules.base import clean_datetime, lookup_id, parse_id
 from ..rules.fencing import clean_entries
@@ -68,9 +68,9 @@ class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
     def list_dead(self, *, now: datetime | None = None, limit: int = 100) -> list[TurnSupervision]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
-        cutoff = clean_now(now) - timedelta(seconds=app_settings.DEAD_AFTER)
+        now = clean_now(now)
         with self.db.lock:
-            rows = [row for row in self.db.supervision.values() if row.status == RUNNING and row.heartbeat_at < cutoff]
+            rows = [row for row in self.db.supervision.values() if is_dead(row, now)]
             rows.sort(key=lambda row: (row.heartbeat_at, row.pk))
             return [clone(row) for row in rows[:limit]]
 
@@ -191,6 +191,18 @@ class MemorySupervisionStore(twins_of(SupervisionStoreProtocol)):
                     self.db.supervision[pk].heartbeat_at = now
                     stamped.add(pk)
             return {pk for pk, _ in pairs} - stamped
+
+    def take_queued(self, conversation_id: Any, *, epoch: int, run_id: Any, replica: str) -> bool:
+        pk = lookup_id(conversation_id)
+        epoch = clean_lease_epoch(epoch)
+        run_id = parse_id(run_id, "run_id")
+        replica = clean_replica(replica)
+        with self.db.lock:
+            row = self.db.supervision.get(pk)
+            if row is None or (row.epoch, row.run_id, row.status, row.replica) != (epoch, run_id, RUNNING, QUEUED_REPLICA):
+                return False
+            row.replica, row.heartbeat_at = replica, timezone.now()
+            return True
 
     def finish(self, conversation_id: Any, *, epoch: int, message_id: Any, status: str) -> bool:
         pk = lookup_id(conversation_id)

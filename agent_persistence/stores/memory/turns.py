@@ -11,12 +11,11 @@ lock (it is re-entrant).
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Collection
 
 from django.utils import timezone
 
-from ...conf import app_settings
 from ...exceptions import Busy, Conflict, ConversationNotOwned, Fenced, Gone, NotFound, PendingInterrupts, Validation
 from ...ids import uuid7
 from ...models import Conversation, Message, Run, TurnSupervision
@@ -27,7 +26,7 @@ from ..rules.base import check_scope, lookup_id, parse_id
 from ..rules.conversations import ID_TAKEN_MESSAGE, MessageInput, clean_agent, clean_message
 from ..rules.runs import clean_error
 from ..rules.fencing import clean_lease_epoch
-from ..rules.supervision import HANDED_OFF, OPEN_STATUSES, clean_replica, is_claimable, is_waiting, occupant_of, status_of
+from ..rules.supervision import HANDED_OFF, OPEN_STATUSES, clean_replica, is_claimable, is_dead, is_waiting, occupant_of, status_of
 from ..rules.turns import (
     FORCE_RELEASED,
     HANDED_OFF as HANDED_OFF_ERROR,
@@ -509,6 +508,14 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
         with self.db.lock:
             return {run_id for run_id in ids if run_id in self.db.runs and self.db.runs[run_id].cancel_requested}
 
+    def plan_of(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int, agent_name: str,
+                resumed: bool) -> TurnPlan:
+        check_scope(scope)
+        with self.db.lock:
+            return self._plan(scope, lookup_id(conversation_id), message_id=parse_id(message_id, "message_id"),
+                              run_id=parse_id(run_id, "run_id"), epoch=clean_lease_epoch(epoch), agent_name=str(agent_name),
+                              resumed=bool(resumed))
+
     def scope_of(self, conversation_id: Any) -> Scope:
         pk = lookup_id(conversation_id)
         with self.db.lock:
@@ -520,13 +527,10 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
     def dead_turns(self, *, now: datetime | None = None, limit: int = 100) -> list[tuple[Scope, uuid.UUID, uuid.UUID]]:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise Validation("limit must be a whole number, 1 or more.", field="limit")
-        cutoff = (now or timezone.now()) - timedelta(seconds=app_settings.DEAD_AFTER)
+        now = now or timezone.now()
         with self.db.lock:
             rows = sorted(
-                (
-                    row for row in self.db.supervision.values()
-                    if row.status == HANDED_OFF or (row.status == RUNNING and row.heartbeat_at < cutoff)
-                ),
+                (row for row in self.db.supervision.values() if row.status == HANDED_OFF or is_dead(row, now)),
                 key=lambda row: (row.heartbeat_at, row.pk),
             )[:limit]
             turns = []

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable, NamedTuple
 
+from django.db.models import Q
 from django.utils import timezone
 
 from ...conf import app_settings
 from ...exceptions import Validation
 from ...models import SupervisionStatus, TurnSupervision
-from ...statuses import TurnState
+from ...statuses import QUEUED_REPLICA, TurnState
 from .base import clean_datetime, clean_text, parse_id
 from .fencing import clean_lease_epoch as clean_lease_epoch
 
@@ -82,9 +83,24 @@ def heartbeat_age(row: TurnSupervision, now: datetime) -> float:
     return max(0.0, (now - row.heartbeat_at).total_seconds())
 
 
+def dead_after(row: TurnSupervision) -> float:
+    """Seconds without a heartbeat after which the row's turn is dead: ``DEAD_AFTER``, or ``QUEUED_DEAD_AFTER`` while
+    it waits for a worker (``TURN_RUNNER = "tasks"``: a queue a little behind is not a crash)."""
+    return app_settings.QUEUED_DEAD_AFTER if row.replica == QUEUED_REPLICA else app_settings.DEAD_AFTER
+
+
+def dead_q(now: datetime, prefix: str = "") -> Q:
+    """The running rows (``prefix`` reaches them from another model) whose turn is dead at ``now``, as :func:`is_dead` says."""
+    queued = Q(**{f"{prefix}replica": QUEUED_REPLICA})
+    return Q(**{f"{prefix}status": RUNNING}) & (
+        (~queued & Q(**{f"{prefix}heartbeat_at__lt": now - timedelta(seconds=app_settings.DEAD_AFTER)}))
+        | (queued & Q(**{f"{prefix}heartbeat_at__lt": now - timedelta(seconds=app_settings.QUEUED_DEAD_AFTER)}))
+    )
+
+
 def is_dead(row: TurnSupervision, now: datetime) -> bool:
-    """A running row whose producer stopped heartbeating more than ``DEAD_AFTER`` seconds ago."""
-    return row.status == RUNNING and heartbeat_age(row, now) > app_settings.DEAD_AFTER
+    """A running row whose producer stopped heartbeating more than ``DEAD_AFTER`` seconds ago (see :func:`dead_after`)."""
+    return row.status == RUNNING and heartbeat_age(row, now) > dead_after(row)
 
 
 def is_claimable(row: TurnSupervision, now: datetime) -> bool:
@@ -110,6 +126,8 @@ def status_of(row: TurnSupervision | None, *, now: datetime | None = None, idle_
     now = now or timezone.now()
     if row.status == RUNNING:
         state = TurnState.DEAD if is_dead(row, now) else TurnState.ALIVE
+        if state == TurnState.ALIVE and row.replica == QUEUED_REPLICA:
+            state = TurnState.QUEUED  # enqueued for a worker (TURN_RUNNER "tasks"), which has not taken it yet
     elif row.status == HANDED_OFF:
         state = TurnState.HANDING_OFF
     else:

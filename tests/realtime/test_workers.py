@@ -1,0 +1,343 @@
+"""The worker tier (``TURN_RUNNER = "tasks"``): web servers accept and stream, db_worker processes run the producers.
+
+Real processes on the test database (SQLite or PostgreSQL, whichever the suite runs on): a uvicorn
+server (lifespan on, its reaper on) and django-tasks-db ``db_worker`` processes, all with
+``TURN_RUNNER = "tasks"`` and the database task backend. A turn started over the websocket is
+claimed by the web process for the replica ``queued`` and enqueued once committed; the follower
+sees ``queued`` until a worker takes it, then the whole answer once. A task enqueued twice drives
+one producer; a worker SIGKILLed mid-turn is recovered by another process's reaper (through the
+queue); a worker SIGTERMed mid-turn hands the turn off and another worker finishes it without
+making its tool call again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from agent_persistence.scope import Scope
+from agent_persistence.stores import run_store, supervision_store
+from tests.agents import ANSWER, CHUNKS, TOOL_AT
+from tests.realtime.client import StreamClient
+from tests.realtime.servers import ROOT, Server, logged_in_session, receive, send, server_env, socket_to
+
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60), pytest.mark.e2e]
+
+REAPER_INTERVAL = 0.25
+GRACE = 0.3
+TASKS_TABLE = "django_tasks_database_dbtaskresult"
+
+
+class Worker:
+    """One ``manage.py db_worker`` process (``python -m django db_worker``) on the test database."""
+
+    def __init__(self, env: dict[str, str], name: str) -> None:
+        self.name = name
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_worker_{os.getpid()}_{name}.log"
+        self.log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "django", "db_worker", "--interval", "0.05", "--no-startup-delay", "--worker-id", name],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True,
+        )
+
+    def signal(self, number: int) -> None:
+        self.process.send_signal(number)
+
+    def wait(self, timeout: float = 20) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text()[-5000:]
+
+
+def tier_env(tool_log: Path) -> dict[str, str]:
+    env = server_env(str(connection.settings_dict["NAME"]), redis=bool(os.environ.get("REDIS_URL")))
+    env.update({"AP_TURN_RUNNER": "tasks", "AP_REAPER_INTERVAL": str(REAPER_INTERVAL), "AP_SHUTDOWN_GRACE": str(GRACE),
+                "AP_TOOL_LOG": str(tool_log)})
+    return env
+
+
+@pytest.fixture
+def tier(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The environment, with the task table migrated and empty; the processes a test starts are stopped after."""
+    pytest.importorskip("django_tasks_db")
+    env = tier_env(tmp_path / "tool.log")
+    subprocess.run([sys.executable, "-m", "django", "migrate", "django_tasks_database", "-v", "0"], cwd=ROOT, env=env,
+                   check=True, capture_output=True, timeout=60)
+    with connection.cursor() as cursor:  # the test process does not know the table: it is not flushed between tests
+        cursor.execute(f"DELETE FROM {TASKS_TABLE}")
+    started: list[Any] = []
+
+    def web() -> Server:
+        server = Server(env, f"web-{len(started)}", lifespan="on")
+        started.append(server)
+        server.wait_ready()
+        return server
+
+    def worker() -> Worker:
+        process = Worker(env, f"worker-{len(started)}")
+        started.append(process)
+        return process
+
+    yield {"env": env, "web": web, "worker": worker, "tool_log": tmp_path / "tool.log"}
+    for process in reversed(started):
+        if os.environ.get("AP_SHOW_LOGS"):
+            print(f"--- {process.name}\n{process.output()}")
+        process.stop()
+
+
+@pytest.fixture
+def session() -> tuple[str, uuid.UUID, Scope]:
+    key, user, conversation_id = logged_in_session("worker-alice")
+    return key, conversation_id, Scope(tenant="", user=str(user.pk))
+
+
+def tasks_of(conversation_id: uuid.UUID) -> list[tuple[str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT status, return_value FROM {TASKS_TABLE} ORDER BY enqueued_at")
+        # The return value is JSON: text on SQLite, decoded already by psycopg on PostgreSQL.
+        return [(status, json.loads(value) if isinstance(value, str) and value.startswith('"') else value)
+                for status, value in cursor.fetchall()]
+
+
+def tool_runs(tool_log: Path) -> list[str]:
+    return tool_log.read_text().splitlines() if tool_log.exists() else []
+
+
+async def follow_until(connection_: Any, client: StreamClient, frames: list[dict[str, Any]], *, text: int | None = None,
+                       timeout: float = 20, state: str | None = None) -> None:
+    """Apply frames (recorded in ``frames``) until the final one, until the client holds ``text`` characters, or until a
+    status frame of ``state``."""
+    deadline = time.monotonic() + timeout
+    while client.final is None and (text is None or len(client.text) < text) and not (
+            state is not None and frames and frames[-1]["type"] == "status" and frames[-1]["state"] == state):
+        try:
+            frame = json.loads(await asyncio.wait_for(connection_.recv(), max(0.01, deadline - time.monotonic())))
+        except TimeoutError:
+            raise AssertionError(f"no final frame within {timeout} s; frames: {frames}") from None
+        frames.append(frame)
+        client.apply(frame)
+
+
+def assert_once(frames: list[dict[str, Any]]) -> None:
+    """Every delta starts exactly where the text so far ends: each character once, none missing."""
+    text = ""
+    for frame in frames:
+        if frame["type"] == "delta" and frame.get("text"):
+            assert frame["offset"] == len(text), (frame["offset"], len(text))
+            text += frame["text"]
+    assert text == ANSWER
+
+
+async def test_a_turn_waits_queued_then_a_db_worker_streams_it_whole_to_the_follower(tier: Any, session: Any) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(tier["web"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        # No worker runs yet: the turn is claimed and enqueued, and waits.
+        await follow_until(socket, client, frames, state="queued", timeout=10)
+        status = await supervision_store().astatus(scope, conversation_id)
+        assert (status.state, status.replica) == ("queued", "queued")
+        enqueued_at = time.monotonic()
+        worker = await sync_to_async(tier["worker"])()
+        await follow_until(socket, client, frames, text=1)
+        first_delta = time.monotonic() - enqueued_at
+        await follow_until(socket, client, frames)
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    assert_once(frames)
+    states = [f["state"] for f in frames if f["type"] == "status"]
+    assert states.index("queued") < states.index("alive"), states
+    runs = (await run_store().alist(scope, conversation_id)).items
+    assert [run.status for run in runs] == ["completed"]
+    row = await supervision_store().aread(conversation_id)
+    assert row.replica.endswith(f":{worker.process.pid}"), row.replica  # the worker took it (its first heartbeat)
+    assert await sync_to_async(tasks_of)(conversation_id) == [("SUCCESSFUL", "started")]
+    print(f"\nworker start to first delta: {first_delta * 1000:.0f} ms (includes the worker's start-up)")
+
+
+async def test_a_task_enqueued_twice_drives_one_producer(tier: Any, session: Any) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(tier["web"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        await receive(socket, client, until="started")
+        row = await supervision_store().aread(conversation_id)
+        # The same run enqueued again (a broker's redelivery, an operator), from a process of the tier: two workers race.
+        arguments = {"conversation_id": str(conversation_id), "message_id": str(row.message_id), "run_id": str(row.run_id),
+                     "epoch": row.epoch, "tenant": "", "user": scope.user, "agent": "scripted", "resumed": False}
+        script = ("import django, json, sys; django.setup(); from agent_persistence.runtime.workers import enqueue; "
+                  "enqueue(json.loads(sys.argv[1]))")
+        await sync_to_async(subprocess.run)([sys.executable, "-c", script, json.dumps(arguments)], cwd=ROOT, env=tier["env"],
+                                            check=True, capture_output=True, timeout=30)
+        await sync_to_async(tier["worker"])()
+        await sync_to_async(tier["worker"])()
+        await follow_until(socket, client, frames)
+    assert client.final_text == ANSWER
+    assert_once(frames)
+    assert sorted(value for _, value in await sync_to_async(tasks_of)(conversation_id)) == ["not_queued", "started"]
+    assert tool_runs(tier["tool_log"]) == ["start q1", "done q1"]
+
+
+async def test_a_worker_killed_mid_turn_is_recovered_by_another_process_reaper(tier: Any, session: Any) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(tier["web"])()
+    first = await sync_to_async(tier["worker"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        await follow_until(socket, client, frames, text=len("".join(CHUNKS[: TOOL_AT + 5])))
+        await sync_to_async(first.signal)(signal.SIGKILL)
+        await sync_to_async(first.wait)()
+        await sync_to_async(tier["worker"])()  # the reaper (web's or this worker's) enqueues the resume; this runs it
+        await follow_until(socket, client, frames, timeout=30)
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    runs = (await run_store().alist(scope, conversation_id)).items
+    assert sorted((run.status, (run.error or {}).get("code")) for run in runs) == [
+        ("aborted", "producer_lost"), ("completed", None)]
+
+
+async def test_a_worker_sigtermed_mid_turn_hands_it_to_another_worker_without_repeating_its_tool_call(
+    tier: Any, session: Any
+) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(tier["web"])()
+    first = await sync_to_async(tier["worker"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        await follow_until(socket, client, frames, text=len("".join(CHUNKS[: TOOL_AT + 5])))
+        await sync_to_async(tier["worker"])()  # the survivor
+        await sync_to_async(first.signal)(signal.SIGTERM)
+        exit_status = await sync_to_async(first.wait)()
+        await follow_until(socket, client, frames, timeout=30)
+    assert exit_status == 0, first.output()
+    assert "Worker shut down: 1 turn(s) handed off" in first.output(), first.output()
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    assert_once(frames)
+    assert tool_runs(tier["tool_log"]) == ["start q1", "done q1"]  # made once, before the hand-off
+    runs = (await run_store().alist(scope, conversation_id)).items
+    assert sorted((run.status, (run.error or {}).get("code")) for run in runs)[-1] == ("completed", None)
+    assert len(runs) == 2, [(run.status, run.error) for run in runs]
+
+
+# -- Celery through django-tasks-celery (Django 6, Python 3.12+), a real Redis broker, real celery workers -------------
+
+
+class CeleryWorker(Worker):
+    """One ``celery -A tests.realtime.celery_app worker --pool solo`` process (the task runs in the worker process)."""
+
+    def __init__(self, env: dict[str, str], name: str) -> None:  # noqa: D107 - a Worker with another command
+        self.name = name
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_celery_{os.getpid()}_{name}.log"
+        self.log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.realtime.celery_app", "worker", "--pool", "solo", "-n",
+             f"{name}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True,
+        )
+
+
+@pytest.fixture
+def celery_tier(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The tier on Celery: the broker is a private Redis server on a free port (the layer is REDIS_URL's, when set)."""
+    pytest.importorskip("django_tasks_celery")
+    from tests.realtime.redis_server import RedisServer
+
+    broker = RedisServer()
+    broker.start()
+    env = tier_env(tmp_path / "tool.log")
+    env["AP_CELERY_BROKER"] = broker.url
+    started: list[Any] = []
+
+    def web() -> Server:
+        server = Server(env, f"web-{len(started)}", lifespan="on")
+        started.append(server)
+        server.wait_ready()
+        return server
+
+    def worker() -> CeleryWorker:
+        process = CeleryWorker(env, f"celery-{len(started)}")
+        started.append(process)
+        return process
+
+    try:
+        yield {"env": env, "web": web, "worker": worker, "tool_log": tmp_path / "tool.log"}
+    finally:
+        for process in reversed(started):
+            if os.environ.get("AP_SHOW_LOGS"):
+                print(f"--- {process.name}\n{process.output()}")
+            process.stop()
+        broker.stop()
+
+
+async def test_celery_a_worker_streams_a_queued_turn_whole(celery_tier: Any, session: Any) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(celery_tier["web"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        await follow_until(socket, client, frames, state="queued", timeout=10)
+        await sync_to_async(celery_tier["worker"])()
+        await follow_until(socket, client, frames, timeout=30)
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    assert_once(frames)
+    runs = (await run_store().alist(scope, conversation_id)).items
+    assert [run.status for run in runs] == ["completed"]
+
+
+async def test_celery_a_worker_sigtermed_mid_turn_hands_it_to_another(celery_tier: Any, session: Any) -> None:
+    key, conversation_id, scope = session
+    web = await sync_to_async(celery_tier["web"])()
+    first = await sync_to_async(celery_tier["worker"])()
+    frames: list[dict[str, Any]] = []
+    async with socket_to(web, conversation_id, key) as socket:
+        await send(socket, {"type": "attach"})
+        client = await receive(socket, StreamClient(), until="status")
+        await send(socket, {"type": "start", "content": "go"})
+        await follow_until(socket, client, frames, text=len("".join(CHUNKS[: TOOL_AT + 5])), timeout=30)
+        await sync_to_async(celery_tier["worker"])()  # the survivor
+        await sync_to_async(first.signal)(signal.SIGTERM)
+        exit_status = await sync_to_async(first.wait)(30)
+        await follow_until(socket, client, frames, timeout=30)
+    assert exit_status == 0, first.output()
+    assert "Worker shut down: 1 turn(s) handed off" in first.output(), first.output()
+    assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+    assert_once(frames)
+    assert tool_runs(celery_tier["tool_log"]) == ["start q1", "done q1"]
+    runs = (await run_store().alist(scope, conversation_id)).items
+    assert len(runs) == 2 and max(run.status for run in runs) == "completed", [(run.status, run.error) for run in runs]
