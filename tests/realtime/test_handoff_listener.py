@@ -57,8 +57,10 @@ async def test_the_listener_on_another_loop_leaves_the_shared_layer_free_to_rece
                 await layer.send(channel, {"type": "probe", "number": number})
                 assert (await asyncio.wait_for(layer.receive(channel), 5))["number"] == number
         finally:
-            for task in asyncio.all_tasks(reaper_loop):
-                reaper_loop.call_soon_threadsafe(task.cancel)
+            assert thread.is_alive(), f"the listener ended by itself:\n{caplog.text}"
+            # One callback on the reaper's loop cancels its tasks: cancelling them one call at a time from
+            # here raced the loop's own close (the first cancel ends it) and hit a closed loop.
+            reaper_loop.call_soon_threadsafe(lambda: [task.cancel() for task in asyncio.all_tasks(reaper_loop)])
             thread.join(10)
         assert "Two event loops" not in caplog.text, caplog.text
         assert "could not reach the channel layer" not in caplog.text, caplog.text
