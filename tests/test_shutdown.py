@@ -203,8 +203,10 @@ def test_reap_turns_hands_the_turns_it_resumed_off_on_sigterm(alice: Any) -> Non
 
     with frozen_clock(timezone.now() - timedelta(minutes=1)):
         dead = turn_store().begin(alice, uuid.uuid4(), content="hello", known_agents={"scripted"}, agent="scripted")
+    # A slow answer (a chunk every 0.2 s), so the resumed turn is still running when the grace of 0.2 s ends
+    # however loaded the machine is (under CI's load a fast answer ended within the grace: nothing to hand off).
     env = {**server_env(str(connection.settings_dict["NAME"]), redis=False), "AP_SHUTDOWN_GRACE": "0.2",
-           "AP_REAPER_INTERVAL": "0.2"}
+           "AP_REAPER_INTERVAL": "0.2", "AP_CHUNK_DELAY": "0.2"}
     command = subprocess.Popen([sys.executable, "-m", "django", "reap_turns", "--resume", "--loop"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

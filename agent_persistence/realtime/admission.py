@@ -32,4 +32,9 @@ def conversation_to_open(scope: Scope, conversation_id: Any) -> tuple[uuid.UUID,
             turn_store().scope_of(pk)
         except NotFound:
             return pk, False
-        raise refused from None  # someone else's: it reads as absent, and a start in it would be refused
+        try:
+            # Read once more: another tab's start (on this server or another) may have made the caller's
+            # conversation between the two reads above.
+            return conversation_store().get(scope, pk).pk, True
+        except NotFound:
+            raise refused from None  # someone else's: it reads as absent, and a start in it would be refused
