@@ -242,3 +242,29 @@ def test_a_turn_asked_to_hand_off_before_its_task_first_runs_is_handed_off_witho
     assert TurnSupervision.objects.get(pk=conversation_id).status == "handed_off"
     assert "in_flight" not in Event.objects.get(conversation_id=conversation_id, type="handed_off").data
     assert not Message.objects.filter(pk=handle.message_id).exists()
+
+
+def test_a_turn_claimed_while_the_drain_begins_is_handed_off_not_left_without_a_producer(alice: Any) -> None:
+    """A claim in flight (its transaction committed, its producer not launched yet) when SIGTERM comes.
+
+    Before, the drain saw no producer and returned at once: the process exited with the turn claimed for it
+    and no producer, so it read dead only after DEAD_AFTER (CI, under load: ``reap_turns`` resumed a turn
+    and was told to stop in that window, "0 turn(s) handed off").
+    """
+    from agent_persistence.runtime.lifecycle import begin_turn, launch
+    from agent_persistence.runtime.producer import claiming
+
+    conversation_id = uuid.uuid4()
+    plan = begin_turn(alice, conversation_id, content="hello", agent="scripted")  # committed, before the drain
+
+    async def scenario() -> Any:
+        with claiming():
+            drained = asyncio.ensure_future(shutdown.drain(grace=0.05))
+            await asyncio.sleep(0.3)  # well past the grace: the drain waits for the claim's producer
+            assert not drained.done(), "the drain returned with a claim in flight"
+            handle = launch(plan)
+        return handle, await drained, await handle.task
+
+    handle, report, outcome = run(scenario())
+    assert outcome is Outcome.HANDED_OFF and report.handed_off == 1
+    assert TurnSupervision.objects.get(pk=conversation_id).status == "handed_off"

@@ -33,7 +33,7 @@ from ..stores.rules.turns import PRODUCER_LOST  # the error a turn closed out af
 from . import hooks
 from .agents import get_agent
 from .outcomes import SEALS, Outcome
-from .producer import Producer, Supervisor, replica_id
+from .producer import Producer, Supervisor, claiming, replica_id
 from .shutdown import is_draining, refuse_if_draining
 
 logger = logging.getLogger(__name__)
@@ -156,11 +156,12 @@ async def start_turn(scope: Scope, conversation_id: Any, *, content: Any, agent:
                      message_id: Any = None, user_message_id: Any = None,
                      metadata: dict[str, Any] | None = None) -> TurnHandle:
     """Start a turn: the conversation is created on its first user message."""
-    plan = await sync_to_async(begin_turn)(
-        scope, conversation_id, content=content, agent=agent, message_id=message_id,
-        user_message_id=user_message_id, metadata=metadata,
-    )
-    return await enqueued(launch(plan))
+    with claiming():  # a drain that begins meanwhile waits for this turn's producer, and hands it off
+        plan = await sync_to_async(begin_turn)(
+            scope, conversation_id, content=content, agent=agent, message_id=message_id,
+            user_message_id=user_message_id, metadata=metadata,
+        )
+        return await enqueued(launch(plan))
 
 
 # -- continue after interrupts -------------------------------------------------------------------
@@ -182,9 +183,10 @@ def begin_continuation(scope: Scope, conversation_id: Any, answers: list[dict[st
 
 async def continue_turn(scope: Scope, conversation_id: Any, answers: list[dict[str, Any]], *,
                         resolved_by: str | None = None) -> tuple[list[Any], TurnHandle | None]:
-    continuation = await sync_to_async(begin_continuation)(scope, conversation_id, answers, resolved_by=resolved_by)
-    handle = launch(continuation.plan, took_over=continuation.took_over) if continuation.plan is not None else None
-    return continuation.interrupts, handle and await enqueued(handle)
+    with claiming():
+        continuation = await sync_to_async(begin_continuation)(scope, conversation_id, answers, resolved_by=resolved_by)
+        handle = launch(continuation.plan, took_over=continuation.took_over) if continuation.plan is not None else None
+        return continuation.interrupts, handle and await enqueued(handle)
 
 
 # -- resume after a crash ---------------------------------------------------------------------------
@@ -201,8 +203,9 @@ def begin_resume(scope: Scope, conversation_id: Any, *, message_id: Any = None) 
 
 
 async def resume_turn(scope: Scope, conversation_id: Any, *, message_id: Any = None) -> TurnHandle:
-    plan = await sync_to_async(begin_resume)(scope, conversation_id, message_id=message_id)
-    return await enqueued(launch(plan))
+    with claiming():
+        plan = await sync_to_async(begin_resume)(scope, conversation_id, message_id=message_id)
+        return await enqueued(launch(plan))
 
 
 # -- stop ---------------------------------------------------------------------------------------------

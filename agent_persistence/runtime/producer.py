@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 import weakref
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, Coroutine
 
@@ -456,6 +459,32 @@ class Producer(TurnHost):
 
 #: Seconds a drain waits for its stopped producers to write their hand-off, after the grace.
 HAND_OFF_TIMEOUT = 5.0
+#: Seconds between looks at the claims in flight while a drain waits for them.
+CLAIM_POLL = 0.02
+
+# Claims in flight: a start, continuation or resume that passed the refusal and whose transaction may
+# commit (claiming a turn for this process) before its producer is registered. A drain waits for them,
+# so a turn claimed while SIGTERM arrives is handed off, not left without a producer until DEAD_AFTER.
+_claims_lock = threading.Lock()
+_claims_in_flight = 0
+
+
+@contextlib.contextmanager
+def claiming() -> Iterator[None]:
+    """Around a transition that claims a turn and launches its producer (``runtime.lifecycle``'s entry points)."""
+    global _claims_in_flight
+    with _claims_lock:
+        _claims_in_flight += 1
+    try:
+        yield
+    finally:
+        with _claims_lock:
+            _claims_in_flight -= 1
+
+
+def claims_in_flight() -> int:
+    """How many turn claims of this process have not launched their producer yet."""
+    return _claims_in_flight
 
 
 class DrainReport:

@@ -32,11 +32,12 @@ import signal
 
 from ..conf import app_settings
 from ..exceptions import ShuttingDown
-from .producer import DrainReport, Supervisor
+from .producer import CLAIM_POLL, HAND_OFF_TIMEOUT, DrainReport, Supervisor, claims_in_flight
 
 logger = logging.getLogger(__name__)
 
 _draining_in = 0  # the process id that is draining (a process forked from it is not)
+
 
 
 def is_draining() -> bool:
@@ -78,6 +79,11 @@ async def drain(grace: float | None = None) -> DrainReport:
     grace = app_settings.SHUTDOWN_GRACE if grace is None else grace
     stop_taking_turns()
     current = asyncio.get_running_loop()
+    # A start, continuation or resume that passed the refusal before it may still be committing its claim:
+    # wait for its producer (bounded), so that turn is drained too instead of left claimed with none.
+    claims_deadline = current.time() + grace + HAND_OFF_TIMEOUT
+    while claims_in_flight() and current.time() < claims_deadline:
+        await asyncio.sleep(CLAIM_POLL)
     drains = []
     for loop, supervisor in list(Supervisor._by_loop.items()):
         if loop is current:

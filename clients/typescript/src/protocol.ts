@@ -54,9 +54,9 @@ export type ServerFrame =
   | ErrorFrame
   | ActivityFrame;
 /**
- * idle: no turn yet; alive: a producer heartbeats; dead: the producer stopped heartbeating (send resume); handing_off: the producer's server shuts down and released the turn, another server resumes it at once (wait); done; errored; interrupted: done, with pending interrupts and no final message yet.
+ * idle: no turn yet; queued: the turn waits for a worker to take it (TURN_RUNNER tasks; wait, it goes alive); alive: a producer heartbeats; dead: the producer stopped heartbeating (send resume); handing_off: the producer's server shuts down and released the turn, another server resumes it at once (wait); done; errored; interrupted: done, with pending interrupts and no final message yet.
  */
-export type TurnState = "idle" | "alive" | "dead" | "handing_off" | "done" | "errored" | "interrupted";
+export type TurnState = "idle" | "queued" | "alive" | "dead" | "handing_off" | "done" | "errored" | "interrupted";
 /**
  * How the turn ended: completed, cancelled (a user stop; the partial answer is kept) or errored.
  */
