@@ -53,6 +53,7 @@ PROCESS_HELPERS = frozenset({
     "running_servers",  # tests.realtime.servers
     "live_server",  # tests.api.live (pytest-django's fixture of that name serves in a thread of this process, and is not one)
     "example_server",  # tests.browser.servers
+    "copy_example_db",  # tests.example_db (its first use runs manage.py)
     "RedisServer",  # tests.realtime.redis_server
     "Chromium",  # tests.browser.cdp
     "ServerProcess",  # tests.clients.serve

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.example_db import ROOT, copy_example_db, example_env
 
 
 def test_crash_test_command_passes_on_the_embedded_default(tmp_path: Path) -> None:
-    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "example_project.settings"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    for command in (["migrate", "-v0"], ["demo_user"]):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
+    env = example_env(tmp_path)
+    copy_example_db(tmp_path)
     result = subprocess.run(
         [sys.executable, "manage.py", "crash_test", "--user", "demo", "--agent", "long", "--kill-after", "300"],
         check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
@@ -37,11 +33,8 @@ def test_crash_test_deploy_hands_every_turn_off_through_a_rolling_restart_on_the
     turn (``--reaper-interval``), and followers on other servers read the recording. Nothing is lost or
     duplicated, no turn is taken over as dead, and every turn completes.
     """
-    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "example_project.settings"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    for command in (["migrate", "-v0"], ["demo_user"]):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
+    env = example_env(tmp_path)
+    copy_example_db(tmp_path)
     result = subprocess.run(
         [sys.executable, "manage.py", "crash_test", "--user", "demo", "--agent", "long", "--deploy", "--turns", "3",
          "--kill-after", "100", "--grace", "1", "--reaper-interval", "0.25"],
@@ -60,11 +53,7 @@ def test_crash_test_deploy_hands_every_turn_off_through_a_rolling_restart_on_the
 
 
 def test_crash_test_deploy_refuses_fewer_than_two_replicas(tmp_path: Path) -> None:
-    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "example_project.settings"}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    for command in (["migrate", "-v0"], ["demo_user"]):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
+    env = example_env(tmp_path)  # no database: the arguments are refused before it is read
     result = subprocess.run(
         [sys.executable, "manage.py", "crash_test", "--user", "demo", "--agent", "long", "--deploy", "--replicas", "1"],
         check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,

@@ -84,7 +84,9 @@ def http() -> Iterator[tuple[httpx.Client, contextlib.ExitStack]]:
 def test_a_resume_stream_on_the_other_server_mid_answer_replays_the_message_once_from_its_beginning(layer: str) -> None:
     key, _, _ = logged_in_session("aisdk-mid")
     conversation_id = uuid.uuid4()
-    with running_servers(layer) as (a, b), http() as (client, stack):
+    # The tool call that follows the first third lasts 2 s, so the resume request reaches b mid-answer even on
+    # a loaded machine (with the default pace the answer could end first, and the resume stream is then 204).
+    with running_servers(layer, AP_TOOL_SECONDS="2", AP_CHUNK_DELAY="0.03") as (a, b), http() as (client, stack):
         live = Chunks(stack, client, "POST", chat_url(a), key, question(conversation_id) | {"agent": "scripted"})
         live.read(until_text=len(ANSWER) // 3)
         live.close()  # the tab reloads: a disconnect never stops the turn

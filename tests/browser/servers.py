@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -13,18 +12,16 @@ from typing import Iterator
 import httpx
 
 from tests.browser.cdp import free_port
+from tests.example_db import copy_example_db, example_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
 def example_server(var_dir: Path, settings_module: str = "example_project.settings", **extra_env: str) -> Iterator[str]:
-    """Migrate, make the demo user and serve the example project from ``var_dir``; yields its base URL."""
-    env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(var_dir), "DJANGO_SETTINGS_MODULE": settings_module, **extra_env}
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    for command in (["migrate", "-v0"], ["demo_user"]):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
+    """Put a migrated database with the demo user in ``var_dir`` and serve the example project from ``var_dir``; yields its base URL."""
+    env = example_env(var_dir, settings_module, **extra_env)
+    copy_example_db(var_dir, settings_module)
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "example_project.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],

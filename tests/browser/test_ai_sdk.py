@@ -38,6 +38,7 @@ from example_project.demo.agents import LONG_ANSWER
 from tests.browser.cdp import Chromium, Tab, chromium_path, free_port
 from tests.browser.servers import ROOT, example_server
 from tests.browser.test_demo import ANSWER, COPIES, COUNT_COPIES, INTRO_MARKER, OUTRO_MARKER, session_cookie
+from tests.example_db import copy_example_db, example_env
 from tests.npm import npm_ci
 
 PAGE = Path(__file__).resolve().parent / "ai_sdk"
@@ -163,12 +164,8 @@ class PageServer:
     """The example project under uvicorn on a fixed port, that can be SIGKILLed and started again (a new process)."""
 
     def __init__(self, var_dir: Path, bundle: Path) -> None:
-        self.env = {**os.environ, "AGENT_PERSISTENCE_VAR_DIR": str(var_dir), "DJANGO_SETTINGS_MODULE": "tests.browser.ai_sdk_settings",
-                    "AP_AI_SDK_PAGE": str(bundle)}
-        self.env.pop("DATABASE_URL", None)
-        self.env.pop("REDIS_URL", None)
-        for command in (["migrate", "-v0"], ["demo_user"]):
-            subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=self.env, check=True, capture_output=True)
+        self.env = example_env(var_dir, "tests.browser.ai_sdk_settings", AP_AI_SDK_PAGE=str(bundle))
+        copy_example_db(var_dir, "tests.browser.ai_sdk_settings")
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None

@@ -57,6 +57,9 @@ class Command(BaseCommand):
                             help="REAPER_INTERVAL of the servers (default: this project's).")
 
     def handle(self, *args: Any, user: str, agent: str, kill_after: int, timeout: float, **options: Any) -> None:
+        if options["deploy"] and (options["replicas"] < 2 or options["turns"] < 1 or options["grace"] < 0):
+            # Refused before the database is read: a wrong argument is named even where the project is not migrated.
+            raise CommandError("--deploy needs --replicas 2 or more, --turns 1 or more and a --grace of 0 or more.")
         check_prerequisites(user, agent)
         if options["deploy"]:
             self.deploy(user, agent, kill_after, timeout, options)
@@ -79,8 +82,6 @@ class Command(BaseCommand):
         from ...realtime.delivery import layer_spans_processes
         from ...testing.rolling import ReplicaSpec, run_rolling_restart
 
-        if options["replicas"] < 2 or options["turns"] < 1 or options["grace"] < 0:
-            raise CommandError("--deploy needs --replicas 2 or more, --turns 1 or more and a --grace of 0 or more.")
         interval = app_settings.REAPER_INTERVAL if options["reaper_interval"] is None else options["reaper_interval"]
         overrides = {"SHUTDOWN_GRACE": options["grace"], "REAPER_ENABLED": True, "REAPER_INTERVAL": interval}
         claims = ("announced on the channel layer, claimed at once by a survivor" if layer_spans_processes() else
