@@ -53,6 +53,7 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from ..realtime.sse import FrameTranslator
 from .positions import Position
 
 #: Names the tool messages minted by ``TOOL_CALL_RESULT`` (uuid5 of the turn and the call).
@@ -70,33 +71,24 @@ def as_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-class Translator:
+class Translator(FrameTranslator[Emitted]):
     """Turns the frames of one turn into AG-UI events, each with the event id of the position it reaches.
 
     ``start`` is the position of a ``Last-Event-ID`` (None: from the beginning).
     ``finished`` is true once the run ended (``RUN_FINISHED`` or ``RUN_ERROR``): the stream ends.
+    The dispatch and the ``attached``, ``error`` and ``access_lost`` frames are
+    :class:`~agent_persistence.realtime.sse.FrameTranslator`'s, shared with the AI SDK's chunks.
     """
 
     def __init__(self, conversation_id: uuid.UUID, *, run_id: str | None = None, start: Position | None = None) -> None:
+        super().__init__()
         self.thread_id = str(conversation_id)
         self.run_id = run_id
         self.position = start
         self.resuming = start is not None
         self.started = False
         self.text_open = False
-        self.finished = False
-        self.attached = False
         self.turn_status: dict[str, Any] | None = None
-        self.out: list[Emitted] = []
-
-    def translate(self, frame: dict[str, Any]) -> list[Emitted]:
-        """The events of one follower frame (none for frames AG-UI has no use for)."""
-        self.out = []
-        if not self.finished:
-            handler = getattr(self, f"on_{frame.get('type')}", None)
-            if handler is not None:
-                handler(frame)
-        return self.out
 
     # -- emitting ---------------------------------------------------------------------------------
 
@@ -172,11 +164,6 @@ class Translator:
         if self.attached:
             self.end_without_answer()
 
-    def on_attached(self, frame: dict[str, Any]) -> None:
-        """The follower sent all it read at attach (a final answer comes before the status that follows it)."""
-        self.attached = True
-        self.end_without_answer()
-
     def end_without_answer(self) -> None:
         """A turn that ended with no answer stored (and no interrupt pending) ends the run as it is."""
         state = (self.turn_status or {}).get("state")
@@ -238,9 +225,3 @@ class Translator:
             thread_id=self.thread_id, run_id=self.run_id or str(self.position.message_id),
             outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
         ))
-
-    def on_error(self, frame: dict[str, Any]) -> None:
-        self.fail(str(frame.get("code") or "error"), str(frame.get("message") or "The stream failed."))
-
-    def on_access_lost(self, frame: dict[str, Any]) -> None:
-        self.fail("not_found", "The conversation is no longer readable.")

@@ -34,6 +34,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..realtime.sse import FrameTranslator
+
 Chunk = dict[str, Any]
 
 #: The keys of the result :meth:`agent_persistence.runtime.turn.Turn.tool` records for a denied approval.
@@ -58,15 +60,17 @@ def denied(result: Any) -> bool:
     return isinstance(result, dict) and result.get("denied") is True and set(result) <= DENIED_KEYS
 
 
-class Translator:
+class Translator(FrameTranslator[Chunk]):
     """Turns the frames of one turn into UI message stream chunks.
 
     ``held`` is what the client already holds (None: the message from its beginning, as a
     resumed stream replays it). ``finished`` is true once the message ended (``finish``,
-    ``abort`` or ``error``): the stream ends.
+    ``abort`` or ``error``): the stream ends. The dispatch and the ``attached``, ``error`` and
+    ``access_lost`` frames are :class:`~agent_persistence.realtime.sse.FrameTranslator`'s, shared with AG-UI's events.
     """
 
     def __init__(self, conversation_id: uuid.UUID, *, held: Held | None = None) -> None:
+        super().__init__()
         self.conversation_id = str(conversation_id)
         self.held = held
         self.message_id: uuid.UUID | None = held.message_id if held else None
@@ -76,19 +80,7 @@ class Translator:
         self.started = False
         self.text_id: str | None = None
         self.text_parts = 0
-        self.finished = False
-        self.attached = False
         self.turn: dict[str, Any] = {}
-        self.out: list[Chunk] = []
-
-    def translate(self, frame: dict[str, Any]) -> list[Chunk]:
-        """The chunks of one follower frame (none for frames the protocol has no use for)."""
-        self.out = []
-        if not self.finished:
-            handler = getattr(self, f"on_{frame.get('type')}", None)
-            if handler is not None:
-                handler(frame)
-        return self.out
 
     # -- emitting ---------------------------------------------------------------------------------
 
@@ -179,11 +171,6 @@ class Translator:
         if self.attached:
             self.end_without_answer()
 
-    def on_attached(self, frame: dict[str, Any]) -> None:
-        """The follower sent all it read at attach (a final answer comes before the status that follows it)."""
-        self.attached = True
-        self.end_without_answer()
-
     def end_without_answer(self) -> None:
         """A turn that ended with no answer stored (and no interrupt pending) ends the message as it is."""
         if self.finished or not self.started:
@@ -245,9 +232,3 @@ class Translator:
         self.finish({"type": "finish", "finishReason": "tool-calls" if tools else "other", "messageMetadata": {
             **self.metadata(), "interrupts": [str(pending["id"]) for pending in frame["interrupts"]],
         }})
-
-    def on_error(self, frame: dict[str, Any]) -> None:
-        self.fail(str(frame.get("code") or "error"), str(frame.get("message") or "The stream failed."))
-
-    def on_access_lost(self, frame: dict[str, Any]) -> None:
-        self.fail("not_found", "The conversation is no longer readable.")

@@ -1,12 +1,12 @@
 """One UI message stream response: follow the turn, translate, encode as server-sent events, release on every exit.
 
-The delivery is the websocket's and AG-UI's (:class:`~agent_persistence.realtime.follower.Follower`,
-through the process's relay when the channel layer spans processes), and so are the per-user
-cap (``SSE_MAX_PER_USER``, shared with AG-UI streams) and the access sweep: this module reuses
-:mod:`agent_persistence.agui.streams` for them and differs only in what it writes. Each chunk
+The loop (the follower, keep-alives, the per-user cap ``SSE_MAX_PER_USER`` shared with AG-UI
+streams, the access sweep, the release of everything on every exit) is
+:mod:`agent_persistence.realtime.sse`'s, shared with AG-UI's stream; this module differs only
+in what it writes and where a client resumes (what it holds: :class:`~.chunks.Held`). Each chunk
 is one ``data: <json>`` event, as the AI SDK's ``JsonToSseTransformStream`` writes it, and
 the stream ends with ``data: [DONE]``. An SSE comment goes out every
-:data:`~agent_persistence.agui.streams.KEEP_ALIVE` seconds of silence.
+:data:`~agent_persistence.realtime.sse.KEEP_ALIVE` seconds of silence.
 
 A stream that sees its turn's producer die (a ``dead`` status) takes the turn over on the
 producer loop of this process when its user owns the conversation, as the websocket's
@@ -22,10 +22,8 @@ import logging
 import uuid
 from typing import Any, AsyncIterator
 
-from ..agui.streams import KEEP_ALIVE, OpenStream, unwatch, watched
 from ..exceptions import Conflict, ConversationNotOwned, Gone, NotFound
-from ..realtime.delivery import layer_spans_processes, relay
-from ..realtime.follower import AccessLost, Follower
+from ..realtime.sse import TurnStream
 from ..runtime import loop
 from ..runtime.lifecycle import resume_turn
 from ..scope import Scope
@@ -57,63 +55,37 @@ async def take_over(scope: Scope, conversation_id: uuid.UUID, message_id: uuid.U
         logger.warning("Taking over the dead turn %s of conversation %s failed.", message_id, conversation_id, exc_info=True)
 
 
-async def chunk_stream(scope: Scope, conversation_id: uuid.UUID, *, held: Held | None,
-                       use_relay: bool = True) -> AsyncIterator[str]:
+class AiSdkStream(TurnStream[Chunk]):
+    """The conversation's turn as one UI message, from what ``held`` says the client has (None: its beginning), to its end.
+
+    A ``dead`` status takes the turn over (:func:`take_over`); the stream lets a takeover land before it releases.
+    """
+
+    name = "AI SDK"
+    logger = logger
+    done = DONE
+
+    def __init__(self, scope: Scope, conversation_id: uuid.UUID, *, held: Held | None) -> None:
+        super().__init__(scope, conversation_id, Translator(conversation_id, held=held),
+                         offset=held.offset if held else None, message_id=held.message_id if held else None)
+        self.takeovers: set[asyncio.Task[None]] = set()
+
+    def encode(self, emitted: list[Chunk]) -> str:
+        return "".join(encode(chunk) for chunk in emitted)
+
+    def observe(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") == "status" and frame.get("state") == "dead" and frame.get("message_id"):
+            dead = uuid.UUID(frame["message_id"])
+            task = asyncio.get_running_loop().create_task(take_over(self.scope, self.conversation_id, dead))
+            self.takeovers.add(task)
+            task.add_done_callback(self.takeovers.discard)
+
+    async def settle(self) -> None:
+        if self.takeovers:  # a takeover runs on the producer loop: let it land rather than leave it half done
+            await asyncio.wait(self.takeovers, timeout=10)
+
+
+def chunk_stream(scope: Scope, conversation_id: uuid.UUID, *, held: Held | None,
+                 use_relay: bool = True) -> AsyncIterator[str]:
     """The SSE text of the conversation's turn as one UI message, from what ``held`` says the client has, to its end."""
-    frames: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-    async def send(frame: dict[str, Any]) -> None:
-        frames.put_nowait(frame)
-
-    async def access_lost() -> None:
-        frames.put_nowait({"type": "access_lost"})
-
-    spans = use_relay and layer_spans_processes()
-    follower = Follower(scope, conversation_id, send, on_access_lost=access_lost, relay=relay() if spans else None)
-    translator = Translator(conversation_id, held=held)
-    relayed = False
-    takeovers: set[asyncio.Task[None]] = set()
-    watch, registry = OpenStream(scope), watched()
-    watch.conversation_id, watch.frames = conversation_id, frames
-    registry.admit(scope, watch)
-    registry.watch(watch)
-    try:
-        if spans:
-            relay().follow(conversation_id)
-            relayed = True
-        try:
-            await follower.attach(last_index=None, offset=held.offset if held else None,
-                                  message_id=held.message_id if held else None)
-            frames.put_nowait({"type": "attached"})
-        except AccessLost:
-            frames.put_nowait({"type": "access_lost"})
-        while not translator.finished:
-            try:
-                async with asyncio.timeout(KEEP_ALIVE):  # not wait_for: see Follower.follow
-                    frame = await frames.get()
-            except TimeoutError:
-                yield ": keep-alive\n\n"
-                continue
-            emitted = translator.translate(frame)
-            translator.out = []
-            if frame.get("type") == "status" and frame.get("state") == "dead" and frame.get("message_id"):
-                task = asyncio.get_running_loop().create_task(take_over(scope, conversation_id, uuid.UUID(frame["message_id"])))
-                takeovers.add(task)
-                task.add_done_callback(takeovers.discard)
-            chunk = "".join(encode(item) for item in emitted)
-            if chunk:
-                yield chunk
-        yield DONE
-    except Exception:  # noqa: BLE001 - the client gets an error chunk, the log the traceback
-        logger.exception("The AI SDK stream of conversation %s failed.", conversation_id)
-        translator.fail("internal_error", "The server could not go on streaming this turn.")
-        yield "".join(encode(item) for item in translator.out) + DONE
-    finally:
-        unwatch(registry, watch)
-        try:
-            await follower.close()
-            if takeovers:  # a takeover runs on the producer loop: let it land rather than leave it half done
-                await asyncio.wait(takeovers, timeout=10)
-        finally:
-            if relayed:
-                relay().unfollow(conversation_id)
+    return AiSdkStream(scope, conversation_id, held=held).events(use_relay=use_relay)

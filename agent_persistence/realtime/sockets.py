@@ -47,7 +47,7 @@ class Sockets:
     """The sockets open on one event loop, by user.
 
     ``limit`` names the setting of the per-user cap (None: no cap); the AG-UI streams
-    (:mod:`agent_persistence.agui.streams`) count theirs under ``SSE_MAX_PER_USER``.
+    (:mod:`agent_persistence.realtime.sse`) count theirs under ``SSE_MAX_PER_USER``.
     """
 
     def __init__(self, limit: str | None = "WEBSOCKET_MAX_PER_USER") -> None:

@@ -1,7 +1,7 @@
 """The AG-UI endpoint (``conversations/<id>/agui/``) with real producers, read through Django's test client.
 
 The test client is synchronous, so the endpoint streams through
-:func:`agent_persistence.agui.streams.blocking_event_stream` (the ASGI path is
+:func:`agent_persistence.realtime.sse.blocking_event_stream` (the ASGI path is
 run by the live servers of ``tests/clients/test_agui_client.py`` and the
 schemathesis run). Every event is parsed back into the ``ag-ui-protocol``
 package's models, and every stream is checked against the AG-UI event order
@@ -365,6 +365,21 @@ def test_a_failure_inside_the_stream_ends_the_run_with_run_error_and_releases_ev
     assert hub.count(conversation_id) == 0
 
 
+def test_a_silent_stretch_of_the_turn_gets_keep_alive_comments_between_whole_events(
+    alice_client: APIClient, conversation_id: uuid.UUID, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the tool runs nothing is sent: an SSE comment goes out every KEEP_ALIVE seconds, and the run around it is whole."""
+    monkeypatch.setattr("agent_persistence.realtime.sse.KEEP_ALIVE", 0.05)
+    monkeypatch.setenv("AP_TOOL_SECONDS", "0.5")
+    start_turn(alice_client, conversation_id)
+    pairs, raw = read_stream(alice_client.get(agui_url(conversation_id)))
+    events = [event for _, event in pairs]
+    check_sequence(events)
+    assert raw.count(": keep-alive\n\n") >= 3, "a comment per KEEP_ALIVE of the tool's half second"
+    assert text_of(events) == ANSWER and events[-1].type == EventType.RUN_FINISHED
+    assert hub.count(conversation_id) == 0
+
+
 def test_deleting_the_conversation_mid_turn_ends_the_stream(alice_client: APIClient, conversation_id: uuid.UUID) -> None:
     """The stream does not wait for a turn whose rows are gone: RUN_ERROR not_found, everything released."""
     start_turn(alice_client, conversation_id)
@@ -387,7 +402,7 @@ def test_a_stream_past_sse_max_per_user_is_429_too_many_streams_and_a_closed_one
 ) -> None:
     """SSE_MAX_PER_USER 2: a third open stream of alice is 429 too_many_streams (JSON); bob is not counted with her;
     a refused request (409, 404) and a closed stream count no more."""
-    from agent_persistence.agui.streams import open_streams
+    from agent_persistence.realtime.sse import open_streams
 
     settings.AGENT_PERSISTENCE = {**settings.AGENT_PERSISTENCE, "SSE_MAX_PER_USER": 2}
     assert alice_client.get(agui_url(conversation_id)).json()["code"] == "no_turn"  # refused: counts no more

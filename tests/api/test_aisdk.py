@@ -1,7 +1,7 @@
 """The AI SDK endpoints (``aisdk/chat``, ``aisdk/chat/<id>/stream``) with real producers, read through Django's test client.
 
 The test client is synchronous, so the stream runs through
-:func:`agent_persistence.agui.streams.blocking_event_stream`; the ASGI path over real servers
+:func:`agent_persistence.realtime.sse.blocking_event_stream`; the ASGI path over real servers
 is ``tests/api/test_aisdk_servers.py`` and, with the real ``ai`` package, ``tests/browser/test_ai_sdk.py``.
 Every stream is checked against the UI message stream's rules (:func:`check_chunks`): one
 ``start``, text deltas inside an open text part, a tool's output after its input, ``[DONE]`` last.
@@ -19,6 +19,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agent_persistence.models import Conversation, Message, Run
+from agent_persistence.realtime.delivery import hub
 from agent_persistence.scope import Scope
 from agent_persistence.stores import conversation_store
 from tests.agents import ANSWER, CHUNKS, TOOL_AT
@@ -300,3 +301,44 @@ def test_a_reader_whose_conversation_is_unshared_mid_turn_gets_an_error_chunk_no
     assert unshared, "bob's stream showed the turn"
     assert chunks[-2]["type"] == "error" and chunks[-3]["messageMetadata"]["error"]["code"] == "not_found", chunks[-3:]
     assert len(text_of(chunks)) < len(ANSWER), "no text after access was lost"
+
+
+def test_a_failure_inside_the_stream_ends_the_message_with_an_error_chunk_then_done_and_releases_everything(
+    alice_client: APIClient, alice_scope: Scope, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fault injection: translating a frame raises; the client gets internal_error then [DONE], the log the traceback."""
+    from agent_persistence.aisdk.chunks import Translator
+    from agent_persistence.realtime.sse import open_streams
+
+    def broken(self: Translator, text: str) -> None:
+        raise RuntimeError("a bug in the translation")
+
+    conversation_id = conversation_store().create(alice_scope, agent="scripted").pk
+    monkeypatch.setattr(Translator, "text", broken)
+    with caplog.at_level("ERROR", logger="agent_persistence.aisdk.streams"):
+        chunks = read_chunks(post(alice_client, body(conversation_id, user("go"))))
+    check_chunks(chunks)
+    assert last(chunks) == {"type": "error", "errorText": "The server could not go on streaming this turn."}
+    assert chunks[-3]["messageMetadata"]["error"]["code"] == "internal_error"
+    assert "a bug in the translation" not in json.dumps(chunks)
+    record = next(r for r in caplog.records if r.exc_info and "a bug in the translation" in str(r.exc_info[1]))
+    assert record.name == "agent_persistence.aisdk.streams"
+    assert record.getMessage().startswith("The AI SDK stream of conversation")
+    assert hub.count(conversation_id) == 0 and open_streams(alice_scope) == 0
+
+
+def test_a_silent_stretch_of_the_turn_gets_keep_alive_comments_between_whole_chunks(
+    alice_client: APIClient, alice_scope: Scope, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the tool runs nothing is sent: an SSE comment every KEEP_ALIVE seconds; the message around it is whole."""
+    monkeypatch.setattr("agent_persistence.realtime.sse.KEEP_ALIVE", 0.05)
+    monkeypatch.setenv("AP_TOOL_SECONDS", "0.5")
+    conversation_id = conversation_store().create(alice_scope, agent="scripted").pk
+    response = post(alice_client, body(conversation_id, user("go")))
+    raw = "".join(part.decode() for part in response.streaming_content)
+    response.close()
+    assert raw.count(": keep-alive\n\n") >= 3, "a comment per KEEP_ALIVE of the tool's half second"
+    assert raw.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(block[6:]) for block in raw.split("\n\n") if block.startswith("data: {")]
+    assert text_of(chunks) == ANSWER and chunks[-1]["type"] == "finish"
+    assert hub.count(conversation_id) == 0

@@ -28,9 +28,10 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
 from ...agui.positions import HEADER, Position, check_position, parse_position
-from ...agui.streams import CONTENT_TYPE, admit_stream, blocking_event_stream, event_stream, release_stream, release_with
+from ...agui.streams import CONTENT_TYPE, event_stream
 from ...conf import app_settings
 from ...exceptions import Conflict, NotFound, TooManyRequests, Validation
+from ...realtime.sse import admit_stream, blocking_event_stream, release_stream, release_with
 from ...runtime import loop
 from ...runtime.lifecycle import continue_turn, start_turn
 from ...stores import conversation_store, metadata_store, turn_store

@@ -23,12 +23,12 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from ...agui.streams import admit_stream, blocking_event_stream, release_stream, release_with
 from ...aisdk.chunks import Held
 from ...aisdk.requests import ChatRequest, chat_request, held_of, user_message_id
 from ...aisdk.streams import CONTENT_TYPE, HEADERS, chunk_stream
 from ...conf import app_settings
 from ...exceptions import Conflict, NotFound, TooManyRequests
+from ...realtime.sse import admit_stream, blocking_event_stream, release_stream, release_with
 from ...runtime import loop
 from ...runtime.lifecycle import continue_turn, start_turn
 from ...stores import conversation_store, turn_store
