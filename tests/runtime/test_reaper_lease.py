@@ -199,6 +199,22 @@ def totals(results: list[Any]) -> tuple[int, int]:
     return sum(swept for swept, _ in results), sum(skipped for _, skipped in results)
 
 
+def assert_one_sweep_at_a_time(results: list[Any], sweep_log: Path) -> None:
+    """No two sweep bodies overlapped; each sweep that did not skip ran one; and the sweepers did contend."""
+    swept, skipped = totals(results)
+    intervals = sweep_intervals(sweep_log)
+    assert overlapping(intervals) == []
+    assert len(intervals) == swept and swept + skipped == len(results) * ROUNDS
+    assert swept > 0 and skipped > 0
+
+
+def assert_sweeps_overlap(results: list[Any], sweep_log: Path) -> None:
+    """The control: without the lease no sweep skips, and some bodies ran at the same time."""
+    swept, skipped = totals(results)
+    assert skipped == 0 and swept == len(results) * ROUNDS
+    assert overlapping(sweep_intervals(sweep_log)) != []
+
+
 # -- the rules, on both families ---------------------------------------------------------------
 
 
@@ -278,18 +294,12 @@ class SweepLeaseRules:
     def test_threads_sweeping_at_once_never_overlap(self, sweep_log: Path) -> None:
         """``THREADS`` threads sweep ``ROUNDS`` times each, started together: one sweep body at a time."""
         dead_turns(3)
-        swept, skipped = totals(run_in_threads(THREADS, sweep_rounds, timeout=120))
-        intervals = sweep_intervals(sweep_log)
-        assert overlapping(intervals) == []
-        assert len(intervals) == swept and swept + skipped == THREADS * ROUNDS
-        assert swept > 0 and skipped > 0  # they did contend
+        assert_one_sweep_at_a_time(run_in_threads(THREADS, sweep_rounds, timeout=120), sweep_log)
 
     def test_control_without_the_lease_threads_sweeping_at_once_overlap(self, sweep_log: Path) -> None:
         """The same race with ``force=True``: the bodies overlap, so the test above can fail."""
         dead_turns(3)
-        swept, skipped = totals(run_in_threads(THREADS, sweep_rounds_unleased, timeout=120))
-        assert skipped == 0
-        assert overlapping(sweep_intervals(sweep_log)) != []
+        assert_sweeps_overlap(run_in_threads(THREADS, sweep_rounds_unleased, timeout=120), sweep_log)
 
     def test_an_error_while_acquiring_does_not_stop_the_reaper_loop(self, caplog: pytest.LogCaptureFixture) -> None:
         """``reap_forever`` goes on sweeping after sweeps whose acquire fails (here: the store refuses the ttl)."""
@@ -368,17 +378,11 @@ class TestSweepLeaseOnTheDatabase(SweepLeaseRules):
     def test_processes_sweeping_at_once_never_overlap(self, sweep_log: Path) -> None:
         """``PROCESSES`` forked processes sweep ``ROUNDS`` times each, started together: one sweep body at a time."""
         dead_turns(3)
-        swept, skipped = totals(run_in_processes(PROCESSES, sweep_rounds, timeout=180))
-        intervals = sweep_intervals(sweep_log)
-        assert overlapping(intervals) == []
-        assert len(intervals) == swept and swept + skipped == PROCESSES * ROUNDS
-        assert swept > 0 and skipped > 0
+        assert_one_sweep_at_a_time(run_in_processes(PROCESSES, sweep_rounds, timeout=180), sweep_log)
 
     def test_control_without_the_lease_processes_sweeping_at_once_overlap(self, sweep_log: Path) -> None:
         dead_turns(3)
-        swept, skipped = totals(run_in_processes(PROCESSES, sweep_rounds_unleased, timeout=180))
-        assert skipped == 0
-        assert overlapping(sweep_intervals(sweep_log)) != []
+        assert_sweeps_overlap(run_in_processes(PROCESSES, sweep_rounds_unleased, timeout=180), sweep_log)
 
     def test_a_lost_database_connection_does_not_stop_the_reaper_loop(self, caplog: pytest.LogCaptureFixture) -> None:
         """PostgreSQL: the reaper's connection is terminated by the server; the next sweeps reconnect and reap."""
@@ -436,3 +440,25 @@ class TestSweepLeaseInMemory(SweepLeaseRules):
 
     def family_settings(self) -> dict[str, Any]:
         return {"STORES": "agent_persistence.stores.memory.family"}
+
+
+# -- the setting -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), True, "10"])
+def test_a_bad_reaper_lease_ttl_is_check_e003(value: Any) -> None:
+    from agent_persistence.checks import check_settings
+
+    with override_settings(AGENT_PERSISTENCE={**settings.AGENT_PERSISTENCE, "REAPER_LEASE_TTL": value}):
+        errors = [error for error in check_settings() if "REAPER_LEASE_TTL" in error.msg]
+    assert [error.id for error in errors] == ["agent_persistence.E003"], errors
+
+
+def test_the_reaper_lease_ttl_defaults_to_twice_the_interval_and_may_be_set() -> None:
+    from agent_persistence.checks import check_settings
+
+    with override_settings(AGENT_PERSISTENCE={**settings.AGENT_PERSISTENCE, "REAPER_INTERVAL": 7.0}):
+        assert lifecycle.reaper_lease_ttl() == 14.0
+    with override_settings(AGENT_PERSISTENCE={**settings.AGENT_PERSISTENCE, "REAPER_LEASE_TTL": 3}):
+        assert lifecycle.reaper_lease_ttl() == 3.0
+        assert [error for error in check_settings() if "REAPER_LEASE_TTL" in error.msg] == []
