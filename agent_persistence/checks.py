@@ -32,6 +32,7 @@ Deployment checks, run by ``manage.py check --deploy`` only:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.conf import settings
@@ -136,6 +137,11 @@ def _check_numbers() -> list[Any]:
     if app_settings.raw("TURN_RUNNER") not in ("inprocess", "tasks"):
         errors.append(Error(f'{SETTING_NAME}[\'TURN_RUNNER\'] must be "inprocess" or "tasks", not '
                             f'{app_settings.raw("TURN_RUNNER")!r}.', id="agent_persistence.E003"))
+    lease_ttl = app_settings.raw("REAPER_LEASE_TTL")
+    if lease_ttl is not None and (isinstance(lease_ttl, bool) or not isinstance(lease_ttl, (int, float))
+                                  or not math.isfinite(lease_ttl) or lease_ttl <= 0):
+        errors.append(Error(f"{SETTING_NAME}['REAPER_LEASE_TTL'] must be a positive number of seconds, or None "
+                            f"(2 x REAPER_INTERVAL), not {lease_ttl!r}.", id="agent_persistence.E003"))
     attempts = app_settings.raw("MAX_RESUME_ATTEMPTS")
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         errors.append(Error(f"{SETTING_NAME}['MAX_RESUME_ATTEMPTS'] must be a whole number, 1 or more.", id="agent_persistence.E003"))

@@ -63,6 +63,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a turn enqueued for a worker may wait before a reaper judges it dead (its task lost) and enqueues it again.
     "QUEUED_DEAD_AFTER": 60.0,
     "REAPER_INTERVAL": 5.0,
+    # Seconds the fleet-wide sweep lease lasts (one sweep at a time across every process); a sweep
+    # re-takes it between turns and releases it when done. None: 2 x REAPER_INTERVAL.
+    "REAPER_LEASE_TTL": None,
     # Resumes of one turn that may fail (the producer died or raised before its seal) before the
     # reaper closes the turn out as errored with its partial answer instead of resuming it again.
     "MAX_RESUME_ATTEMPTS": 3,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,9 @@ from ..conf import app_settings
 from ..exceptions import Busy, Conflict, ConversationNotOwned, Gone, NotFound, ShuttingDown
 from ..scope import Scope
 from ..statuses import QUEUED_REPLICA, TurnState
-from ..stores import conversation_store, run_store, supervision_store, turn_store
+from ..stores import conversation_store, lease_store, run_store, supervision_store, turn_store
 from ..stores.protocols import Continuation, TurnPlan
+from ..stores.rules.leases import HOLDER_MAX_LENGTH
 from ..stores.rules.turns import PRODUCER_LOST  # the error a turn closed out after its producer died carries
 from . import hooks
 from .agents import get_agent
@@ -326,42 +328,142 @@ def close_out_exhausted(scope: Scope, conversation_id: uuid.UUID, failures: int)
         return turn_store().force_release(conversation_id, error=error)
 
 
-async def reap_dead_turns(*, resume: bool, limit: int = 100) -> list[uuid.UUID]:
+#: The fleet-wide sweep lease: one sweep of dead turns at a time across every process that reaps. Its
+#: tenant is the app's own, reserved (the lease store takes any tenant string, so the reservation is
+#: documented, not enforced): a host's leases live in its scopes' tenants ("" by default) and the app's
+#: other leases (MCP token refreshes, ``mcp-refresh:...``) in their users' tenants.
+REAPER_LEASE_TENANT = "agent_persistence"
+REAPER_LEASE_KEY = "reaper:sweep"
+
+#: Seconds between two tries of a one-shot sweep that waits for the lease (``reap_turns`` without ``--loop``).
+SWEEP_LEASE_POLL = 0.2
+
+
+def reaper_lease_ttl() -> float:
+    """``REAPER_LEASE_TTL``, or twice ``REAPER_INTERVAL``: how long the fleet is without sweeps after a sweeper dies."""
+    configured = app_settings.REAPER_LEASE_TTL
+    return float(configured) if configured is not None else 2.0 * float(app_settings.REAPER_INTERVAL)
+
+
+class SweepLease:
+    """The fleet-wide lease one sweep holds: taken before it, re-taken between turns, released after.
+
+    The holder is this process's replica id and a token of the sweep (``web-1:4242/3f2a...``), so two
+    sweeps of one process (threads, a command beside the in-process reaper, replicas configured with
+    one ``REPLICA_ID``) are two holders as well, and a sweep releases only its own lease. The ttl
+    bounds one turn's handling, not the whole sweep: a sweep that finds the lease taken over between
+    two turns stops there.
+    """
+
+    def __init__(self) -> None:
+        token = uuid.uuid4().hex[:12]
+        self.holder = f"{replica_id()[: HOLDER_MAX_LENGTH - len(token) - 1]}/{token}"
+        self.ttl = reaper_lease_ttl()
+        #: The holder of the lease when this sweep could not take it.
+        self.held_by: str | None = None
+        self._taken_at = 0.0
+
+    async def take(self) -> bool:
+        """Take the lease (free, expired, or this sweep's already); False, with ``held_by``, when another holds it."""
+        result = await lease_store().aacquire(REAPER_LEASE_TENANT, REAPER_LEASE_KEY, self.holder, ttl=self.ttl)
+        if not result.acquired:
+            self.held_by = result.lease.holder
+            return False
+        if result.taken_over and result.previous_holder != self.holder:
+            logger.info("Took over the sweep lease of %s, which lapsed (its sweep died or stalled).", result.previous_holder)
+        self._taken_at = time.monotonic()
+        return True
+
+    async def acquire(self, *, wait: float = 0.0) -> bool:
+        """Take the lease, trying again for up to ``wait`` seconds while another sweep holds it."""
+        deadline = time.monotonic() + wait
+        while not await self.take():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(SWEEP_LEASE_POLL, remaining))
+        return True
+
+    async def keep(self) -> bool:
+        """Between two turns: re-take the lease once half its ttl has passed; False when another sweep has it now."""
+        if time.monotonic() - self._taken_at < self.ttl / 2:
+            return True
+        return await self.take()
+
+    async def release(self) -> None:
+        """Free the lease for the fleet's next sweep; a failure (a database outage) leaves it to expire."""
+        try:
+            await lease_store().arelease(REAPER_LEASE_TENANT, REAPER_LEASE_KEY, self.holder)
+        except Exception:  # noqa: BLE001 - the sweep's own outcome stands; the lease lapses after its ttl
+            logger.warning("Could not release the sweep lease %s; it lapses within %s s.", self.holder, self.ttl, exc_info=True)
+
+
+async def reap_dead_turns(*, resume: bool, limit: int = 100, wait: float = 0.0, force: bool = False,
+                          lease: SweepLease | None = None) -> list[uuid.UUID] | None:
     """Resume (in this process) or close out every turn whose producer is dead; returns their conversations.
 
-    A turn whose resumes have failed ``MAX_RESUME_ATTEMPTS`` times is closed out as errored
-    (``resume_attempts_exhausted``) instead of resumed again, so no turn makes a reaper loop.
+    One sweep at a time across the fleet: the sweep holds the fleet-wide :class:`SweepLease` (``lease``,
+    a new one by default), and returns None, having done nothing, when another process's sweep holds
+    it (after trying for up to ``wait`` seconds; ``lease.held_by`` names that sweep). ``force`` sweeps
+    without the lease (claims are fenced: two sweeps at once only do work twice). A turn whose resumes
+    have failed ``MAX_RESUME_ATTEMPTS`` times is closed out as errored (``resume_attempts_exhausted``)
+    instead of resumed again, so no turn makes a reaper loop.
     """
     if resume and is_draining():
         return []  # a shutting-down process takes no turn
-    dead = await turn_store().adead_turns(limit=limit)
-    handled = []
-    closed_out = not resume
-    for scope, conversation_id, message_id in dead:
-        try:
-            failures = await sync_to_async(failed_resumes)(scope, conversation_id, message_id) if resume else 0
-            if resume and failures >= app_settings.MAX_RESUME_ATTEMPTS:
-                await sync_to_async(close_out_exhausted)(scope, conversation_id, failures)
-                closed_out = True
-            elif resume:
-                await resume_turn(scope, conversation_id, message_id=message_id)
-            else:
-                await sync_to_async(close_out_dead_turn)(scope, conversation_id)
-        except Exception:  # noqa: BLE001 - another reaper may have taken it; go on with the rest
-            logger.info("Could not reap the turn of conversation %s", conversation_id, exc_info=True)
-            continue
-        handled.append(conversation_id)
-    if handled and closed_out:
-        # The close-outs' seals are queued on this loop's sender: a one-shot command's loop ends next.
-        await hooks.flush_announcements()
-    return handled
+    if force:
+        return await _sweep(resume=resume, limit=limit, lease=None)
+    lease = lease or SweepLease()
+    if not await lease.acquire(wait=wait):
+        logger.debug("Skipping this sweep of dead turns: %s is sweeping (it holds the sweep lease).", lease.held_by)
+        return None
+    try:
+        return await _sweep(resume=resume, limit=limit, lease=lease)
+    finally:
+        await lease.release()
+
+
+async def _sweep(*, resume: bool, limit: int, lease: SweepLease | None) -> list[uuid.UUID]:
+    """The sweep itself, under ``lease`` (None: forced, without one)."""
+    holder = f"{replica_id()}/{uuid.uuid4().hex[:12]} (forced, without the lease)" if lease is None else lease.holder
+    logger.debug("Sweep of dead turns started by %s.", holder)
+    handled: list[uuid.UUID] = []
+    try:
+        dead = await turn_store().adead_turns(limit=limit)
+        closed_out = not resume
+        for scope, conversation_id, message_id in dead:
+            if lease is not None and not await lease.keep():
+                logger.info("The sweep lease passed to %s; this sweep stops (%d turn(s) left to it).",
+                            lease.held_by, len(dead) - len(handled))
+                break
+            try:
+                failures = await sync_to_async(failed_resumes)(scope, conversation_id, message_id) if resume else 0
+                if resume and failures >= app_settings.MAX_RESUME_ATTEMPTS:
+                    await sync_to_async(close_out_exhausted)(scope, conversation_id, failures)
+                    closed_out = True
+                elif resume:
+                    await resume_turn(scope, conversation_id, message_id=message_id)
+                else:
+                    await sync_to_async(close_out_dead_turn)(scope, conversation_id)
+            except Exception:  # noqa: BLE001 - another reaper may have taken it; go on with the rest
+                logger.info("Could not reap the turn of conversation %s", conversation_id, exc_info=True)
+                continue
+            handled.append(conversation_id)
+        if handled and closed_out:
+            # The close-outs' seals are queued on this loop's sender: a one-shot command's loop ends next.
+            await hooks.flush_announcements()
+        return handled
+    finally:
+        logger.debug("Sweep of dead turns ended by %s: %d turn(s) handled.", holder, len(handled))
 
 
 async def reap_forever() -> None:
     """The in-process reaper (``REAPER_ENABLED``): resume dead turns here every ``REAPER_INTERVAL``.
 
-    Its companions (:data:`.hooks.reaper_companions`, e.g. the realtime layer's listener that claims
-    the turns other processes hand off) run beside it, on its loop, and stop with it.
+    Each sweep takes the fleet-wide sweep lease first and is skipped while another process sweeps
+    (:func:`reap_dead_turns`). Its companions (:data:`.hooks.reaper_companions`, e.g. the realtime
+    layer's listener that claims the turns other processes hand off) run beside it, on its loop,
+    outside the lease (their claims are fenced), and stop with it.
     """
     companions = [asyncio.get_running_loop().create_task(companion(), name="agent_persistence.reaper.companion")
                   for companion in hooks.reaper_companions]
@@ -372,7 +474,7 @@ async def reap_forever() -> None:
                 continue  # turned off since it started (settings overridden at run time, e.g. in tests)
             try:
                 await reap_dead_turns(resume=True)
-            except Exception:  # noqa: BLE001 - keep sweeping through a database outage
+            except Exception:  # noqa: BLE001 - keep sweeping through a database outage (the lease's too)
                 logger.exception("The reaper's sweep failed; retrying.")
     finally:
         for companion in companions:
@@ -395,6 +497,9 @@ async def take_handed_off(conversation_id: uuid.UUID, message_id: uuid.UUID) -> 
 
 
 __all__ = [
+    "REAPER_LEASE_KEY",
+    "REAPER_LEASE_TENANT",
+    "SweepLease",
     "TurnHandle",
     "begin_turn",
     "cancel_turn",
@@ -406,6 +511,7 @@ __all__ = [
     "launch_here",
     "reap_dead_turns",
     "reap_forever",
+    "reaper_lease_ttl",
     "request_stop",
     "resume_turn",
     "runs_on_workers",
