@@ -7,7 +7,8 @@ Celery workers through django-tasks-celery (Django 6, Python 3.12+) on a real Re
 started over the websocket is claimed by the web process for the replica ``queued`` and enqueued
 once committed; the follower sees ``queued`` until a worker takes it, then the whole answer once.
 A worker SIGTERMed mid-turn hands the turn off and another worker finishes it without making its
-tool call again. On the database backend also: a task enqueued twice drives one producer; a worker
+tool call again; a rolling restart of two workers (each SIGTERMed and replaced in turn) under six live
+turns hands every turn off, with each character once and no tool call made twice. On the database backend also: a task enqueued twice drives one producer; a worker
 SIGKILLed mid-turn is recovered by another process's reaper (through the queue).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +32,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from agent_persistence.scope import Scope
-from agent_persistence.stores import run_store, supervision_store
+from agent_persistence.stores import conversation_store, run_store, supervision_store
 from tests.agents import ANSWER, CHUNKS, TOOL_AT
 from tests.realtime.client import StreamClient
 from tests.realtime.servers import ROOT, Server, logged_in_session, receive, send, server_env, socket_to
@@ -43,7 +45,7 @@ TASKS_TABLE = "django_tasks_database_dbtaskresult"
 
 
 class Worker:
-    """One worker process of the tier on the test database, its stderr in ``TMPDIR``; a backend's subclass names its command."""
+    """One worker process of the tier on the test database, its output in ``TMPDIR``; a backend's subclass names its command."""
 
     #: The start of its name and of its log's.
     kind = "worker"
@@ -52,7 +54,7 @@ class Worker:
         self.name = name
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agent_persistence_{self.kind}_{os.getpid()}_{name}.log"
         self.log = self.log_path.open("w")
-        self.process = subprocess.Popen(self.command(), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
+        self.process = subprocess.Popen(self.command(), cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, text=True)
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -76,9 +78,21 @@ class Worker:
     def output(self) -> str:
         return self.log_path.read_text()[-5000:]
 
+    #: What the worker logs once it takes tasks and stops gracefully on SIGTERM.
+    ready_line = ""
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Until the worker logs :attr:`ready_line` (a SIGTERM before that kills a process still starting)."""
+        deadline = time.monotonic() + timeout
+        while self.ready_line not in self.log_path.read_text():
+            assert self.process.poll() is None and time.monotonic() < deadline, f"{self.name} did not start: {self.output()}"
+            time.sleep(0.05)
+
 
 class DbWorker(Worker):
     """One ``manage.py db_worker`` process (``python -m django db_worker``)."""
+
+    ready_line = "Starting worker"  # logged once its signal handlers are in place
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "django", "db_worker", "--interval", "0.05", "--no-startup-delay", "--worker-id", self.name]
@@ -88,10 +102,11 @@ class CeleryWorker(Worker):
     """One ``celery -A tests.realtime.celery_app worker --pool solo`` process (the task runs in the worker process)."""
 
     kind = "celery"
+    ready_line = " ready."  # celery@name ready. (worker_ready, at INFO)
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "celery", "-A", "tests.realtime.celery_app", "worker", "--pool", "solo", "-n",
-                f"{self.name}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+                f"{self.name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"]
 
 
 def tier_env(tool_log: Path) -> dict[str, str]:
@@ -317,3 +332,73 @@ async def test_a_worker_sigtermed_mid_turn_hands_it_to_another_worker_without_re
     runs = (await run_store().alist(scope, conversation_id)).items
     assert sorted((run.status, (run.error or {}).get("code")) for run in runs)[-1] == ("completed", None)
     assert len(runs) == 2, [(run.status, run.error) for run in runs]
+
+
+#: The rolling restart's turns, and the pace of their answers (60 chunks: about 9 s a turn).
+ROLLING_TURNS = 6
+ROLLING_CHUNK_DELAY = "0.15"
+
+
+@pytest.mark.timeout(150)
+async def test_a_rolling_restart_of_two_workers_hands_every_turn_off_and_loses_repeats_and_duplicates_nothing(
+    tier: Tier, session: Any
+) -> None:
+    """Two workers, six live turns followed on the web server; each worker SIGTERMed in turn and replaced.
+
+    Every turn completes with each character once; no tool call is made twice (the second worker stops
+    after the tool calls); no turn is taken over as dead (each moves by a hand-off); printed: the hand-offs
+    and the per-turn stall (the longest gap between two deltas of a turn).
+    """
+    key, first_conversation, scope = session
+    conversations = [first_conversation] + [
+        (await conversation_store().acreate(scope, agent="scripted")).pk for _ in range(ROLLING_TURNS - 1)]
+    tier.env["AP_CHUNK_DELAY"] = ROLLING_CHUNK_DELAY
+    web = await sync_to_async(tier.web)()
+    old = [await sync_to_async(tier.worker)(), await sync_to_async(tier.worker)()]
+    for worker in old:
+        await sync_to_async(worker.wait_ready)()
+    timed: dict[uuid.UUID, list[tuple[float, dict[str, Any]]]] = {conversation: [] for conversation in conversations}
+    clients: dict[uuid.UUID, StreamClient] = {}
+
+    async def follow(conversation_id: uuid.UUID) -> None:
+        async with socket_to(web, conversation_id, key) as socket:
+            client = clients[conversation_id] = await attach_and_start(socket)
+            while client.final is None:
+                frame = json.loads(await asyncio.wait_for(socket.recv(), 60))
+                timed[conversation_id].append((time.monotonic(), frame))
+                client.apply(frame)
+
+    followers = [asyncio.create_task(follow(conversation)) for conversation in conversations]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(len(clients[c].text) >= len("".join(CHUNKS[:3])) for c in conversations if c in clients) or len(
+                clients) < len(conversations):
+            assert time.monotonic() < deadline, "the turns did not start streaming"
+            await asyncio.sleep(0.05)
+        exits = []
+        for worker in old:
+            await sync_to_async(worker.signal)(signal.SIGTERM)
+            exits.append(await sync_to_async(worker.wait)(30))
+            replacement = await sync_to_async(tier.worker)()
+            await sync_to_async(replacement.wait_ready)()  # up before the next old one stops, as a deploy does
+        await asyncio.wait_for(asyncio.gather(*followers), 90)
+    finally:
+        for follower in followers:
+            follower.cancel()
+    outputs = [worker.output() for worker in old]
+    assert exits == [0, 0], outputs
+    handed_off = sum(int(count) for output in outputs for count in re.findall(r"Worker shut down: (\d+) turn\(s\) handed off", output))
+    assert handed_off >= 1, outputs
+    for conversation in conversations:
+        client = clients[conversation]
+        assert client.final["stop_reason"] == "completed" and client.final_text == ANSWER, client.final
+        assert_once([frame for _, frame in timed[conversation]])
+    runs = tool_runs(tier.tool_log)
+    assert (runs.count("start q1"), runs.count("done q1")) == (ROLLING_TURNS, ROLLING_TURNS), runs  # none made twice
+    errors = [(run.error or {}).get("code") for c in conversations for run in (await run_store().alist(scope, c)).items]
+    assert "producer_lost" not in errors, errors  # no turn was taken over as dead
+    stalls = sorted(max(b - a for (a, _), (b, _) in zip(deltas, deltas[1:])) for deltas in (
+        [(at, frame) for at, frame in timed[c] if frame["type"] == "delta"] for c in conversations))
+    print(f"\n{tier.backend}: {handed_off} hand-offs over 2 worker restarts, {ROLLING_TURNS} turns; longest gap between "
+          f"two deltas per turn p50 {stalls[len(stalls) // 2] * 1000:.0f} ms, max {stalls[-1] * 1000:.0f} ms "
+          f"(the pace is {float(ROLLING_CHUNK_DELAY) * 1000:.0f} ms)")
