@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=float, default=1.0, help="SHUTDOWN_GRACE of the servers (default 1 s)")
     parser.add_argument("--chunks", type=int, default=300, help="chunks of each answer (default 300)")
     parser.add_argument("--delay", type=float, default=0.1, help="seconds between two chunks: the model (default 0.1)")
+    parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
+                        help="copy the replicas' logs (stderr) into DIR at the end")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         if not report.passed:
             for path in Path(directory).glob("agent_persistence_rolling_*.log"):
                 print(path.read_text()[-2000:])
+        if args.keep_logs is not None:
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            for path in Path(directory).glob("agent_persistence_rolling_*.log"):
+                shutil.copy(path, args.keep_logs / path.name)
     print(f"\n`python -m benchmarks deploy --turns {args.turns} --replicas {args.replicas}` (in-process runner):")
     print("\n".join(report.lines()))
     return 0 if report.passed else 1

@@ -268,3 +268,44 @@ def test_a_turn_claimed_while_the_drain_begins_is_handed_off_not_left_without_a_
     handle, report, outcome = run(scenario())
     assert outcome is Outcome.HANDED_OFF and report.handed_off == 1
     assert TurnSupervision.objects.get(pk=conversation_id).status == "handed_off"
+
+
+def test_the_turns_drained_together_are_handed_off_together_and_one_bad_turn_leaves_only_itself_behind(
+    alice: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Four turns stop at once: their hand-offs are written in one call (runtime.handoff_writes). One turn's
+    checkpoint is over MAX_STATE_BYTES, so that call fails; the four are written again one at a time: three
+    are handed off (fenced, at epoch + 1, resumable at once), the bad one is left running for a reaper."""
+    from agent_persistence.runtime.producer import Supervisor
+
+    monkeypatch.setenv("AP_CHUNK_DELAY", "0.3")
+    ids = [uuid.uuid4() for _ in range(4)]
+
+    async def scenario() -> Any:
+        handles = [await start_turn(alice, conversation_id, content="hello", agent="scripted") for conversation_id in ids]
+        await asyncio.sleep(0.1)  # every agent is in its first chunk's sleep
+        Supervisor.current().get(ids[0]).turn.state["blob"] = "x" * 5000
+        report = await shutdown.drain(grace=0.05)
+        return handles, [await handle.task for handle in handles], report.as_dict()
+
+    with override_settings(AGENT_PERSISTENCE={**FAST, "SHUTDOWN_GRACE": 0.2, "MAX_STATE_BYTES": 4000}):
+        handles, outcomes, report = run(scenario())
+    assert outcomes == [Outcome.HANDED_OFF] * 4
+    assert "Writing 4 hand-offs together failed" in caplog.text
+    rows = {row.pk: row for row in TurnSupervision.objects.filter(pk__in=ids)}
+    assert rows[ids[0]].status == "running" and rows[ids[0]].epoch == handles[0].epoch  # left for a reaper
+    for handle in handles[1:]:
+        assert (rows[handle.conversation_id].status, rows[handle.conversation_id].epoch) == ("handed_off", handle.epoch + 1)
+        assert Event.objects.filter(conversation_id=handle.conversation_id, type="handed_off").count() == 1
+    assert report["handed_off"] == 3
+
+    shutdown.resume_taking_turns()
+    monkeypatch.setenv("AP_CHUNK_DELAY", "0.01")
+
+    async def resume_all() -> list[Any]:
+        resumed = [await resume_turn(alice, handle.conversation_id) for handle in handles[1:]]
+        return [await handle.task for handle in resumed]
+
+    assert run(resume_all()) == [Outcome.COMPLETED] * 3
+    for handle in handles[1:]:
+        assert Message.objects.get(pk=handle.message_id).content == ANSWER

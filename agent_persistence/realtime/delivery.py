@@ -244,7 +244,7 @@ class GroupSender:
         seals = [(group, [update]) for group, update in updates if update["payload"].get("kind") == "sealed"]
         handoffs = [update for _, update in updates if update["payload"].get("kind") == "handing_off"]
         if handoffs:  # after the batch: a survivor's followers hear of it (and of the last deltas) first
-            seals.append((HANDOFFS_GROUP, handoffs))
+            seals.append((HANDOFFS_GROUP, [handoffs_message(handoffs)]))
         if seals:
             sent = await asyncio.gather(*(send_in_order(layer, group, messages) for group, messages in seals))
             failures.extend(failure for group_failures in sent for failure in group_failures)
@@ -299,6 +299,15 @@ def batch_message(sender_id: str, sequence: int, messages: list[dict[str, Any]])
         "sequence": sequence,
         "updates": [{"conversation_id": message["conversation_id"], "payload": message["payload"]} for message in messages],
     }
+
+
+def handoffs_message(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One message to the reapers for all the hand-offs of a flush (:func:`group_message` each, in order).
+
+    A draining replica announces its thirty turns at once: one ``group_send`` each kept the last
+    waiting for the twenty-nine before it, and each listener for as many receives.
+    """
+    return {"type": UPDATE_TYPE, "origin": origin(), "handoffs": messages}
 
 
 async def send_in_order(layer: Any, group: str, messages: list[dict[str, Any]]) -> list[tuple[dict[str, Any], BaseException]]:

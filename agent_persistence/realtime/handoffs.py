@@ -2,7 +2,8 @@
 
 A process that shuts down releases each turn it still drives as ``handed_off`` and sends the
 turn to :data:`.groups.HANDOFFS_GROUP` (:func:`.delivery.on_handoff`, after the batch that
-carries the turn's last deltas). Every process whose reaper runs (``REAPER_ENABLED``) listens
+carries the turn's last deltas; the hand-offs of one flush in one message,
+:func:`.delivery.handoffs_message`). Every process whose reaper runs (``REAPER_ENABLED``) listens
 on that group beside its reaper (a reaper companion, :data:`agent_persistence.runtime.hooks.reaper_companions`,
 so on the reaper's loop and for as long as it runs) and, for each turn it hears of:
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import uuid
 from typing import Any
 
@@ -55,10 +57,16 @@ async def claim_handed_off_turns() -> None:
                 await asyncio.sleep(RETRY_INTERVAL)
                 continue
             trouble.cleared()
-            claim = _claim(message, me)
-            if claim is not None:
-                claims.add(claim)
-                claim.add_done_callback(claims.discard)
+            # A draining process announces the hand-offs of one flush in one message (``handoffs``). Every
+            # listener claims them in an order of its own, so two survivors meet halfway instead of both
+            # waiting on the same row lock, one turn after another, the loser of each.
+            announced_together = list(message.get("handoffs") or [message])
+            random.shuffle(announced_together)
+            for announced in announced_together:
+                claim = _claim(announced, me)
+                if claim is not None:
+                    claims.add(claim)
+                    claim.add_done_callback(claims.discard)
     finally:
         keeper.cancel()
 

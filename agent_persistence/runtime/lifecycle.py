@@ -486,14 +486,40 @@ async def take_handed_off(conversation_id: uuid.UUID, message_id: uuid.UUID) -> 
 
     Called by the reaper's companion that hears the announcement (so only where a reaper runs). A
     turn already claimed elsewhere is Busy, one that ended is Gone: both are someone else's now.
+
+    The claim runs on a small pool of its own (:data:`CLAIM_THREADS` threads, each with its own database
+    connection), not on the producer thread: the claims of a replica's hand-offs would queue behind
+    this process's own producers' writes and behind each other, one round trip at a time.
     """
+    from ..stores.twins import heal_connections
+
     if is_draining() or not app_settings.REAPER_ENABLED:
         return None
+
+    def claim() -> TurnPlan:
+        heal_connections()
+        return begin_resume(turn_store().scope_of(conversation_id), conversation_id, message_id=message_id)
+
     try:
-        scope = await sync_to_async(turn_store().scope_of)(conversation_id)
-        return await resume_turn(scope, conversation_id, message_id=message_id)
+        with claiming():
+            plan = await sync_to_async(claim, thread_sensitive=False, executor=_claim_pool())()
+            return await enqueued(launch(plan))
     except (Busy, Gone, NotFound, ShuttingDown):
         return None
+
+
+#: Threads (so database connections) of a process's pool for claiming handed-off turns.
+CLAIM_THREADS = 4
+_claim_threads: list[Any] = []
+
+
+def _claim_pool() -> Any:
+    """The process's claim pool (made on first use, so never in a process that claims nothing)."""
+    import concurrent.futures
+
+    if not _claim_threads:
+        _claim_threads.append(concurrent.futures.ThreadPoolExecutor(CLAIM_THREADS, thread_name_prefix="agent_persistence.claim"))
+    return _claim_threads[0]
 
 
 __all__ = [

@@ -59,6 +59,7 @@ from ..stores.base import heal_connections
 from ..stores.protocols import TurnPlan
 from . import hooks
 from .agents import Agent
+from .handoff_writes import hand_off_together
 from .host import TurnHost
 from .outcomes import SEALS, Outcome, TurnSuspended
 from .turn import Turn
@@ -402,7 +403,7 @@ class Producer(TurnHost):
                 await asyncio.sleep(delay)
 
     async def _hand_off(self) -> None:
-        """Flush the recording, save the checkpoint and release the turn at epoch + 1; announce it.
+        """Flush the recording, save the checkpoint and release the turn at epoch + 1; announce it (batched).
 
         One attempt each, without the seal's retries: the process is going away. A write the
         database refuses leaves the turn running with no heartbeat, so it reads dead after
@@ -411,16 +412,11 @@ class Producer(TurnHost):
         supervisor = Supervisor.current()
         plan = self.plan
         try:
-            await recording_store().aput(**self.recording())
             self.recording_dirty = False
             supervisor.remove(self)
             self.last_checkpoint = time.monotonic()
-            checkpoint = self.checkpoint()
-            await checkpoint_store().asave(checkpoint.pop("conversation_id"), **checkpoint)
-            self.released_at = await turn_store().ahand_off(
-                plan.scope, self.conversation_id, message_id=plan.message_id, run_id=plan.run_id, epoch=self.epoch,
-                in_flight=self.in_flight,
-            )
+            # With the other turns of this loop stopped at once: one database call for them all.
+            self.released_at = await hand_off_together(self)
         except (Fenced, NotFound):
             self.fenced = True
             logger.info("Producer of conversation %s was fenced while handing off.", self.conversation_id)

@@ -12,7 +12,9 @@ event, see :mod:`agent_persistence.realtime.lifespan`; SIGTERM in a command, see
 3. the others are handed off at a step boundary (a tool call in flight is let finish and is
    checkpointed, for at most another ``SHUTDOWN_GRACE``): the agent is stopped
    (``Outcome.HANDED_OFF``), its recording and checkpoint are flushed and the turn is released
-   as ``handed_off`` at epoch + 1 in one fenced transaction, then announced on the channel layer;
+   as ``handed_off`` at epoch + 1, fenced, then announced on the channel layer. The turns of a
+   loop stopped together are written together (:func:`.handoff_writes.hand_off_together`: one database call for
+   them all, three statements' worth of transactions, not three per turn);
    a surviving replica claims it at once and resumes it from the checkpoint (a completed tool
    call or model response is never made again; a model call in flight when the grace ran out is,
    and is counted: :attr:`~.producer.DrainReport.model_calls_in_flight`, the log, and the

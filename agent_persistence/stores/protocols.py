@@ -200,6 +200,16 @@ class TurnStoreProtocol(Protocol):
         """
         ...
 
+    def hand_off_many(self, handoffs: list[dict[str, Any]]) -> dict[uuid.UUID, int]:
+        """:meth:`hand_off` for each of a draining process's turns at once (one transaction); ``{conversation_id: released_at}``.
+
+        Each item has :meth:`hand_off`'s keyword arguments (``scope`` included). Each turn is fenced
+        and released on its own terms: a fenced or vanished one is left out of the answer and nothing
+        of it is written, the others are released all the same. An invalid item, or one conversation
+        twice, is Validation and nothing is written.
+        """
+        ...
+
     def close_out(
         self,
         scope: Scope,

@@ -57,7 +57,7 @@ from .rules.turns import (
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
-    clean_in_flight,
+    clean_hand_off,
     clean_known_agents,
     clean_seal,
     handed_off_event,
@@ -474,33 +474,60 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         which the next producer makes again, recorded in the event. None (nothing written) when fenced
         or the conversation is gone.
         """
-        check_scope(scope)
-        pk = lookup_id(conversation_id)
-        message_id = parse_id(message_id, "message_id")
-        run_id = parse_id(run_id, "run_id")
-        epoch = clean_lease_epoch(epoch)
-        in_flight = clean_in_flight(in_flight)
+        item = clean_hand_off(scope, conversation_id, message_id=message_id, run_id=run_id, epoch=epoch,
+                              in_flight=in_flight)
         try:
             with transaction.atomic():
                 limit_lock_wait()
-                fence(pk, epoch)
-                conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
-                if conversation is None:
-                    raise NotFound("No such conversation.")
-                now = timezone.now()
-                released_at = conversation.epoch + 1
-                released = TurnSupervision.objects.filter(
-                    pk=pk, epoch=epoch, message_id=message_id, status=SupervisionStatus.RUNNING
-                ).update(status=HANDED_OFF, epoch=released_at, replica="", heartbeat_at=now)
-                if not released:  # the fenced row holds another turn of this epoch: no writer makes that
-                    raise Fenced(conversation_id=str(pk), epoch=epoch)
-                if not Conversation.objects.filter(pk=pk, epoch=conversation.epoch).update(epoch=released_at):
-                    raise contended()  # the row is locked by us: only a writer ignoring the lock order gets here
-                finish_runs(open_runs(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
-                event = handed_off_event(message_id, run_id, epoch, released_at, in_flight)
-                self.events.append(scope, pk, [event], run_id=run_id)
+                return self._release_handed_off(item)
         except (Fenced, NotFound):
             return None
+
+    def hand_off_many(self, handoffs: list[dict[str, Any]]) -> dict[uuid.UUID, int]:
+        """:meth:`hand_off` for each of a draining process's turns in one transaction; the epochs they are released at.
+
+        Each item has the keyword arguments of :meth:`hand_off` (``scope``, ``conversation_id``,
+        ``message_id``, ``run_id``, ``epoch``, optionally ``in_flight``). Every turn is fenced and
+        released as :meth:`hand_off` does it, in a savepoint of its own, so a fenced or vanished one
+        is left out of the answer (nothing of it written) and the others are released all the same.
+        Returns ``{conversation_id: released_at}`` for the released ones. An invalid item (or one
+        conversation twice) is Validation and nothing is written.
+        """
+        items = [clean_hand_off(**handoff) for handoff in handoffs]
+        if len({item[1] for item in items}) != len(items):
+            raise Validation("A conversation appears twice in one batch of hand-offs.")
+        released: dict[uuid.UUID, int] = {}
+        if not items:
+            return released
+        with transaction.atomic():
+            limit_lock_wait()
+            for item in sorted(items, key=lambda item: item[1]):  # one lock order for every batch
+                try:
+                    with transaction.atomic():
+                        released[item[1]] = self._release_handed_off(item)
+                except (Fenced, NotFound):
+                    continue
+        return released
+
+    def _release_handed_off(self, item: tuple[Scope, uuid.UUID, uuid.UUID, uuid.UUID, int, str | None]) -> int:
+        """Inside the caller's transaction: fence ``epoch`` and release its turn as handed off (Fenced, NotFound)."""
+        scope, pk, message_id, run_id, epoch, in_flight = item
+        fence(pk, epoch)
+        conversation = Conversation.objects.select_for_update().filter(pk=pk).first()
+        if conversation is None:
+            raise NotFound("No such conversation.")
+        now = timezone.now()
+        released_at = conversation.epoch + 1
+        released = TurnSupervision.objects.filter(
+            pk=pk, epoch=epoch, message_id=message_id, status=SupervisionStatus.RUNNING
+        ).update(status=HANDED_OFF, epoch=released_at, replica="", heartbeat_at=now)
+        if not released:  # the fenced row holds another turn of this epoch: no writer makes that
+            raise Fenced(conversation_id=str(pk), epoch=epoch)
+        if not Conversation.objects.filter(pk=pk, epoch=conversation.epoch).update(epoch=released_at):
+            raise contended()  # the row is locked by us: only a writer ignoring the lock order gets here
+        finish_runs(open_runs(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
+        event = handed_off_event(message_id, run_id, epoch, released_at, in_flight)
+        self.events.append(scope, pk, [event], run_id=run_id)
         return released_at
 
     def close_out(

@@ -535,3 +535,87 @@ class TurnStoreContract(FamilyContract):
             view = self.family.turns.read_turn(OWNER, dead.conversation_id)
             assert view.state == "alive" and not self.seal(self.family.turns, dead)
         assert set(tally) <= {"handed off", "fenced"}
+
+    # -- hand-offs of a draining process, in one call ---------------------------------------------------------
+
+    def hand_off_item(self, plan: TurnPlan, **changes: Any) -> dict[str, Any]:
+        return {"scope": plan.scope, "conversation_id": plan.conversation_id, "message_id": plan.message_id,
+                "run_id": plan.run_id, "epoch": plan.epoch, **changes}
+
+    def test_hand_off_many_releases_each_live_turn_and_leaves_out_the_taken_over_and_the_deleted(self, turns: Any) -> None:
+        live = [self.begin(turns) for _ in range(3)]
+        dead = self.dead_turn(turns)
+        resumed = turns.resume(OWNER, dead.conversation_id, replica="replica-b")
+        gone = self.begin(turns)
+        self.family.conversations.delete(OWNER, gone.conversation_id)
+        items = [self.hand_off_item(live[0], in_flight="model"), self.hand_off_item(dead), self.hand_off_item(live[1]),
+                 self.hand_off_item(gone), self.hand_off_item(live[2], in_flight="tool")]
+        released = turns.hand_off_many(items)
+        assert released == {plan.conversation_id: plan.epoch + 1 for plan in live}
+        for plan in live:
+            view = turns.read_turn(OWNER, plan.conversation_id)
+            assert (view.state, view.message_id, view.epoch) == ("handing_off", plan.message_id, plan.epoch + 1)
+            assert self.event_types(plan.conversation_id) == ["status_running", "handed_off"]
+            run = self.family.runs.get(OWNER, plan.run_id)
+            assert (run.status, run.error["code"]) == ("aborted", "handed_off")
+            assert not self.seal(turns, plan)  # fenced: the producer that handed off writes nothing more
+        in_flight = [event.data.get("in_flight") for plan in live
+                     for event in self.family.events.list(OWNER, plan.conversation_id, limit=10).events
+                     if event.type == "handed_off"]
+        assert in_flight == ["model", None, "tool"]
+        # The taken-over turn is its new producer's; nothing of the batch reached it.
+        view = turns.read_turn(OWNER, dead.conversation_id)
+        assert (view.state, view.run_id, view.epoch) == ("alive", resumed.run_id, resumed.epoch)
+        assert self.run_status(resumed.run_id) == "running"
+        # A second batch of the same epochs is fenced throughout; the released turns resume at once.
+        assert turns.hand_off_many(items) == {}
+        for plan in live:
+            assert turns.resume(OWNER, plan.conversation_id, replica="replica-c").epoch == plan.epoch + 2
+        assert turns.hand_off_many([]) == {}
+
+    def test_hand_off_many_refuses_an_invalid_or_repeated_item_and_writes_nothing(self, turns: Any) -> None:
+        first, second = self.begin(turns), self.begin(turns)
+        with pytest.raises(Validation):
+            turns.hand_off_many([self.hand_off_item(first), self.hand_off_item(second, in_flight="nap")])
+        with pytest.raises(Validation):
+            turns.hand_off_many([self.hand_off_item(first), self.hand_off_item(second, epoch=0)])
+        with pytest.raises(Validation):
+            turns.hand_off_many([self.hand_off_item(first), self.hand_off_item(first)])
+        for plan in (first, second):
+            assert turns.read_turn(OWNER, plan.conversation_id).state == "alive"
+            assert self.event_types(plan.conversation_id) == ["status_running"]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_batch_hand_off_racing_resumes_of_its_turns_admits_one_producer_for_each(self) -> None:
+        """A draining process hands off several turns in one call while resumers race for each of them (they read
+        dead): each turn gets exactly one new producer, claimed before the batch (whose release of it is then
+        fenced) or after it (claiming the handed-off turn), and the old epoch writes nothing more."""
+        tally: Counter[str] = Counter()
+        width = 3
+        for _ in range(self.RACE_ROUNDS):
+            dead = [self.dead_turn(self.family.turns) for _ in range(width)]
+
+            def race(index: int) -> str:
+                if index == 0:
+                    released = self.family.turns.hand_off_many([self.hand_off_item(plan) for plan in dead])
+                    return ",".join(str(sorted(str(plan.conversation_id) for plan in dead).index(str(pk)))
+                                    for pk in sorted(str(key) for key in released))
+                plan = dead[index % width]
+                try:
+                    self.family.turns.resume(OWNER, plan.conversation_id, replica=f"r{index}")
+                except (Busy, Gone):
+                    return f"refused {index % width}"
+                return f"won {index % width}"
+
+            outcomes = self.family.run_in_processes(self.RACE_THREADS, race)
+            tally.update(["released"] * len([part for part in outcomes[0].split(",") if part]))
+            for number, plan in enumerate(dead):
+                racers = [outcome for outcome in outcomes[1:] if outcome.endswith(f" {number}")]
+                assert sorted(racers) == [f"refused {number}"] * (len(racers) - 1) + [f"won {number}"], outcomes
+                assert self.family.runs.list(OWNER, plan.conversation_id).total == 2
+                view = self.family.turns.read_turn(OWNER, plan.conversation_id)
+                assert view.state == "alive" and not self.seal(self.family.turns, plan)
+                handed = "handed_off" in self.event_types(plan.conversation_id)
+                position = sorted(str(p.conversation_id) for p in dead).index(str(plan.conversation_id))
+                assert handed == (str(position) in outcomes[0].split(",")), outcomes
+        assert tally["released"] <= self.RACE_ROUNDS * width

@@ -71,3 +71,38 @@ async def _until_cancelled(coroutine: object) -> None:
         await coroutine  # type: ignore[misc]
     except asyncio.CancelledError:
         pass
+
+
+async def test_the_hand_offs_of_one_flush_reach_the_reapers_in_one_message_in_order() -> None:
+    """A draining replica announces its turns together: one ``group_send`` to the reapers for all of them (one
+    each kept the last waiting for every send before it, and each listener for as many receives)."""
+    import uuid
+
+    from agent_persistence.realtime.delivery import GroupSender, group_message, handoff_payload
+    from agent_persistence.realtime.groups import HANDOFFS_GROUP, conversation_group
+    from agent_persistence.runtime import hooks
+
+    if not os.environ.get("REDIS_URL"):
+        pytest.fail("CI is set but REDIS_URL is not: the Redis variant must run in CI.")
+    layers = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                          "CONFIG": {"hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": 30}]}}}
+    with override_settings(CHANNEL_LAYERS=layers):
+        layer = get_channel_layer()
+        reaper = await layer.new_channel()
+        await layer.group_add(HANDOFFS_GROUP, reaper)
+        try:
+            handoffs = [hooks.HandOff(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), 3, 4) for _ in range(30)]
+            sender = GroupSender()
+            for update in handoffs:
+                sender.put((conversation_group(update.conversation_id),
+                            group_message(update.conversation_id, handoff_payload(update))))
+            await asyncio.wait_for(sender.drained(), 10)
+            message = await asyncio.wait_for(layer.receive(reaper), 5)
+            assert [(item["conversation_id"], item["payload"]) for item in message["handoffs"]] == [
+                (str(update.conversation_id), handoff_payload(update)) for update in handoffs
+            ]
+            with pytest.raises(asyncio.TimeoutError):  # nothing more: not one message a turn
+                await asyncio.wait_for(layer.receive(reaper), 0.5)
+            sender.task.cancel()
+        finally:
+            await layer.group_discard(HANDOFFS_GROUP, reaper)

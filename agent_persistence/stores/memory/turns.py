@@ -33,7 +33,7 @@ from ..rules.turns import (
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
-    clean_in_flight,
+    clean_hand_off,
     clean_known_agents,
     clean_seal,
     handed_off_event,
@@ -337,28 +337,41 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
 
     def hand_off(self, scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
                  in_flight: str | None = None) -> int | None:
-        check_scope(scope)
-        pk = lookup_id(conversation_id)
-        message_id = parse_id(message_id, "message_id")
-        run_id = parse_id(run_id, "run_id")
-        epoch = clean_lease_epoch(epoch)
-        in_flight = clean_in_flight(in_flight)
+        item = clean_hand_off(scope, conversation_id, message_id=message_id, run_id=run_id, epoch=epoch,
+                              in_flight=in_flight)
         with self.db.lock:
-            now = timezone.now()
-            try:
-                self.db.fence(pk, epoch, now)
-            except Fenced:
-                return None
-            conversation = self.db.conversations.get(pk)
-            row = self.db.supervision.get(pk)
-            if conversation is None or row is None or row.message_id != message_id:
-                return None
-            released_at = conversation.epoch + 1
-            row.status, row.epoch, row.replica, row.heartbeat_at = HANDED_OFF, released_at, "", now
-            conversation.epoch = released_at
-            self._finish(self._runs_of_turn(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
-            self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at, in_flight)], run_id=run_id)
-            return released_at
+            return self._release_handed_off(item)
+
+    def hand_off_many(self, handoffs: list[dict[str, Any]]) -> dict[uuid.UUID, int]:
+        items = [clean_hand_off(**handoff) for handoff in handoffs]
+        if len({item[1] for item in items}) != len(items):
+            raise Validation("A conversation appears twice in one batch of hand-offs.")
+        released: dict[uuid.UUID, int] = {}
+        with self.db.lock:
+            for item in items:
+                released_at = self._release_handed_off(item)
+                if released_at is not None:
+                    released[item[1]] = released_at
+        return released
+
+    def _release_handed_off(self, item: tuple[Scope, uuid.UUID, uuid.UUID, uuid.UUID, int, str | None]) -> int | None:
+        """Under the database lock: fence ``epoch`` and release its turn as handed off; None when fenced or gone."""
+        scope, pk, message_id, run_id, epoch, in_flight = item
+        now = timezone.now()
+        try:
+            self.db.fence(pk, epoch, now)
+        except Fenced:
+            return None
+        conversation = self.db.conversations.get(pk)
+        row = self.db.supervision.get(pk)
+        if conversation is None or row is None or row.message_id != message_id:
+            return None
+        released_at = conversation.epoch + 1
+        row.status, row.epoch, row.replica, row.heartbeat_at = HANDED_OFF, released_at, "", now
+        conversation.epoch = released_at
+        self._finish(self._runs_of_turn(pk, message_id), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
+        self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, released_at, in_flight)], run_id=run_id)
+        return released_at
 
     def close_out(
         self,

@@ -13,6 +13,8 @@ from ...exceptions import Validation
 from ...models import Conversation
 from ...scope import Scope
 from ..protocols import Seal, TurnView
+from .base import check_scope, lookup_id, parse_id
+from .fencing import clean_lease_epoch
 
 #: The error of a run whose producer stopped heartbeating.
 PRODUCER_LOST = {"code": "producer_lost", "message": "The process producing this turn stopped."}
@@ -54,6 +56,14 @@ def clean_in_flight(value: Any) -> str | None:
     if value is not None and value not in IN_FLIGHT:
         raise Validation(f"in_flight must be one of {', '.join(IN_FLIGHT)}, or None.", field="in_flight")
     return value
+
+
+def clean_hand_off(scope: Scope, conversation_id: Any, *, message_id: Any, run_id: Any, epoch: int,
+                   in_flight: str | None = None) -> tuple[Scope, uuid.UUID, uuid.UUID, uuid.UUID, int, str | None]:
+    """The checked arguments of one hand-off (``TurnStore.hand_off``, an item of ``hand_off_many``)."""
+    check_scope(scope)
+    return (scope, lookup_id(conversation_id), parse_id(message_id, "message_id"), parse_id(run_id, "run_id"),
+            clean_lease_epoch(epoch), clean_in_flight(in_flight))
 
 
 def handed_off_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, released_at: int,
