@@ -34,12 +34,12 @@ def example_env(var_dir: Path, settings_module: str = "example_project.settings"
     return env
 
 
-def _template(settings_module: str) -> Path:
+def _template(settings_module: str, extra_env: dict[str, str]) -> Path:
     with _lock:
         if settings_module not in _templates:
             folder = Path(tempfile.mkdtemp(prefix="ap-example-db-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
-            env = example_env(folder, settings_module)
+            env = example_env(folder, settings_module, **extra_env)
             for command in (["migrate", "-v0"], ["demo_user"]):
                 subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
             # The commands have exited: SQLite checkpointed the WAL into the database file.
@@ -48,7 +48,11 @@ def _template(settings_module: str) -> Path:
         return _templates[settings_module]
 
 
-def copy_example_db(var_dir: Path, settings_module: str = "example_project.settings") -> None:
-    """Put a migrated example database with the demo user (demo / demo) in ``var_dir``."""
+def copy_example_db(var_dir: Path, settings_module: str = "example_project.settings", **extra_env: str) -> None:
+    """Put a migrated example database with the demo user (demo / demo) in ``var_dir``.
+
+    ``extra_env``: what ``settings_module`` needs to import (a browser page's bundle), for the first
+    use's ``manage.py`` runs.
+    """
     var_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_template(settings_module), var_dir / DATABASE)
+    shutil.copyfile(_template(settings_module, extra_env), var_dir / DATABASE)

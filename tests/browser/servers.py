@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def example_server(var_dir: Path, settings_module: str = "example_project.settings", **extra_env: str) -> Iterator[str]:
     """Put a migrated database with the demo user in ``var_dir`` and serve the example project from ``var_dir``; yields its base URL."""
     env = example_env(var_dir, settings_module, **extra_env)
-    copy_example_db(var_dir, settings_module)
+    copy_example_db(var_dir, settings_module, **extra_env)
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "example_project.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],

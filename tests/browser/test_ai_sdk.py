@@ -165,7 +165,7 @@ class PageServer:
 
     def __init__(self, var_dir: Path, bundle: Path) -> None:
         self.env = example_env(var_dir, "tests.browser.ai_sdk_settings", AP_AI_SDK_PAGE=str(bundle))
-        copy_example_db(var_dir, "tests.browser.ai_sdk_settings")
+        copy_example_db(var_dir, "tests.browser.ai_sdk_settings", AP_AI_SDK_PAGE=str(bundle))
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
