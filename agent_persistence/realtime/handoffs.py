@@ -60,7 +60,7 @@ async def claim_handed_off_turns() -> None:
             # A draining process announces the hand-offs of one flush in one message (``handoffs``). Every
             # listener claims them in an order of its own, so two survivors meet halfway instead of both
             # waiting on the same row lock, one turn after another, the loser of each.
-            announced_together = list(message.get("handoffs") or [message])
+            announced_together = announcements(message)
             random.shuffle(announced_together)
             for announced in announced_together:
                 claim = _claim(announced, me)
@@ -89,10 +89,24 @@ def listener_layer() -> Any:
         return get_channel_layer()
 
 
+def announcements(message: Any) -> list[dict[str, Any]]:
+    """The announcements a group message carries: those of its ``handoffs`` (one flush's), or itself.
+
+    What is not a mapping (a message of another sender on the group, a garbled one) is no
+    announcement: the listener drops it rather than stop on it.
+    """
+    if not isinstance(message, dict):
+        return []
+    together = message.get("handoffs")
+    if together is None:
+        return [message]
+    return [announced for announced in together if isinstance(announced, dict)] if isinstance(together, list) else []
+
+
 def _claim(message: dict[str, Any], me: str) -> asyncio.Task[Any] | None:
     """One announcement: this process's followers first, then a claim (a task); None for what is not one."""
-    payload = message.get("payload") or {}
-    if message.get("origin") == me or payload.get("kind") != "handing_off":
+    payload = message.get("payload")
+    if not isinstance(payload, dict) or message.get("origin") == me or payload.get("kind") != "handing_off":
         return None
     try:
         conversation_id, message_id = uuid.UUID(message["conversation_id"]), uuid.UUID(payload["message_id"])
