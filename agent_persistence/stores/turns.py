@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any, Collection
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..exceptions import Busy, Conflict, Fenced, Gone, NotFound, PendingInterrupts, Validation
@@ -166,6 +166,10 @@ def final_of(content: Any, tool_calls: Any, metadata: dict[str, Any] | None) -> 
 
 
 # -- the store --------------------------------------------------------------------------------
+
+
+class _NotAllAtOnce(Exception):
+    """A batch of hand-offs that cannot be released together (:meth:`TurnStore._release_all_handed_off`)."""
 
 
 class TurnStore(twins_of(TurnStoreProtocol)):
@@ -499,15 +503,58 @@ class TurnStore(twins_of(TurnStoreProtocol)):
         released: dict[uuid.UUID, int] = {}
         if not items:
             return released
+        items.sort(key=lambda item: item[1])  # one lock order for every batch
         with transaction.atomic():
             limit_lock_wait()
-            for item in sorted(items, key=lambda item: item[1]):  # one lock order for every batch
+            try:
+                with transaction.atomic():
+                    return self._release_all_handed_off(items)
+            except (_NotAllAtOnce, Fenced, NotFound):
+                pass  # rolled back: one turn at a time, each in a savepoint, sorts out which are released
+            for item in items:
                 try:
                     with transaction.atomic():
                         released[item[1]] = self._release_handed_off(item)
                 except (Fenced, NotFound):
                     continue
         return released
+
+    def _release_all_handed_off(
+        self, items: list[tuple[Scope, uuid.UUID, uuid.UUID, uuid.UUID, int, str | None]]
+    ) -> dict[uuid.UUID, int]:
+        """Inside the caller's transaction: release every turn of ``items`` (sorted by conversation) together.
+
+        The usual batch of a drain, every turn still held at its epoch: a few statements for them all
+        (the locks of the lock order, each kind of row in one pass, in conversation order; the
+        supervision rows, the conversations' epochs and the open runs each in one ``UPDATE``) and one
+        event append per turn, where :meth:`_release_handed_off` makes eight round trips a turn (a
+        replica's thirty turns took 0.35-0.47 s). Raises :class:`_NotAllAtOnce`, to be rolled back and
+        done one turn at a time, when any turn is not so (fenced, gone, another turn at its epoch).
+        """
+        pks = [item[1] for item in items]
+        rows = {row.pk: row for row in TurnSupervision.objects.select_for_update().filter(pk__in=pks).order_by("pk")}
+        conversations = {c.pk: c for c in Conversation.objects.select_for_update().filter(pk__in=pks).order_by("pk")}
+        for _scope, pk, message_id, _run_id, epoch, _in_flight in items:
+            row, conversation = rows.get(pk), conversations.get(pk)
+            if (row is None or conversation is None or row.status != SupervisionStatus.RUNNING or row.epoch != epoch
+                    or row.message_id != message_id or conversation.epoch != epoch):
+                raise _NotAllAtOnce()
+        now = timezone.now()
+        turns = Q()
+        for _scope, pk, message_id, _run_id, epoch, _in_flight in items:
+            turns |= Q(pk=pk, epoch=epoch, message_id=message_id)
+        if TurnSupervision.objects.filter(turns, status=SupervisionStatus.RUNNING).update(
+            status=HANDED_OFF, epoch=F("epoch") + 1, replica="", heartbeat_at=now
+        ) != len(items):
+            raise _NotAllAtOnce()  # the rows are locked by us: only a writer ignoring the lock order gets here
+        Conversation.objects.filter(pk__in=pks).update(epoch=F("epoch") + 1)
+        runs = Q()
+        for _scope, pk, message_id, _run_id, _epoch, _in_flight in items:
+            runs |= Q(conversation_id=pk, message_id=message_id)
+        finish_runs(Run.objects.filter(runs, status__in=OPEN_RUN_STATUSES), RunStatus.ABORTED, HANDED_OFF_ERROR, now)
+        for scope, pk, message_id, run_id, epoch, in_flight in items:
+            self.events.append(scope, pk, [handed_off_event(message_id, run_id, epoch, epoch + 1, in_flight)], run_id=run_id)
+        return {pk: epoch + 1 for _scope, pk, _message_id, _run_id, epoch, _in_flight in items}
 
     def _release_handed_off(self, item: tuple[Scope, uuid.UUID, uuid.UUID, uuid.UUID, int, str | None]) -> int:
         """Inside the caller's transaction: fence ``epoch`` and release its turn as handed off (Fenced, NotFound)."""

@@ -573,6 +573,21 @@ class TurnStoreContract(FamilyContract):
             assert turns.resume(OWNER, plan.conversation_id, replica="replica-c").epoch == plan.epoch + 2
         assert turns.hand_off_many([]) == {}
 
+    def test_hand_off_many_of_turns_all_still_held_releases_every_one(self, turns: Any) -> None:
+        """A drain's usual batch (every turn at its producer's epoch): all released, each as one alone would be."""
+        live = [self.begin(turns) for _ in range(4)]
+        items = [self.hand_off_item(plan, in_flight="model" if number % 2 else None) for number, plan in enumerate(live)]
+        assert turns.hand_off_many(list(reversed(items))) == {plan.conversation_id: plan.epoch + 1 for plan in live}
+        for number, plan in enumerate(live):
+            view = turns.read_turn(OWNER, plan.conversation_id)
+            assert (view.state, view.message_id, view.epoch) == ("handing_off", plan.message_id, plan.epoch + 1)
+            events = self.family.events.list(OWNER, plan.conversation_id, limit=10).events
+            assert [event.type for event in events] == ["status_running", "handed_off"]
+            assert events[-1].data.get("in_flight") == ("model" if number % 2 else None)
+            assert (self.family.runs.get(OWNER, plan.run_id).status, self.run_status(plan.run_id)) == ("aborted", "aborted")
+            assert not self.seal(turns, plan)
+            assert turns.resume(OWNER, plan.conversation_id, replica="replica-b").epoch == plan.epoch + 2
+
     def test_hand_off_many_refuses_an_invalid_or_repeated_item_and_writes_nothing(self, turns: Any) -> None:
         first, second = self.begin(turns), self.begin(turns)
         with pytest.raises(Validation):
