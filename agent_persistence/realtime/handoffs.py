@@ -9,8 +9,14 @@ so on the reaper's loop and for as long as it runs) and, for each turn it hears 
 
 1. tells its own followers of the conversation (a ``handing_off`` status), before anything of
    the new producer can reach them;
-2. resumes the turn here (:func:`agent_persistence.runtime.lifecycle.take_handed_off`). Every
-   listener tries; the turn store admits one, the others are refused (Busy) and let it be.
+2. resumes the turn here (:func:`agent_persistence.runtime.lifecycle.take_handed_off`) if it is
+   the turn's claimant: of the listeners it has heard (each says so on the group when it joins and
+   every :data:`REJOIN_INTERVAL`, :class:`Listeners`), the announcer left out, the one that
+   rendezvous hashing picks for the turn, so the listeners split a replica's turns among them
+   instead of all claiming every one (each claim but one was refused by the turn store, after
+   waiting on the winner's row lock, on CPU the survivors were short of). The others try it too,
+   :data:`BACKUP_DELAY` later (the claimant may have died or be draining itself): the turn store
+   admits one, and a turn already taken is refused (Busy) at once.
 
 Without a layer that spans processes nothing is announced: the reapers' sweeps list handed-off
 turns at once (no ``DEAD_AFTER`` to wait for), so a turn is resumed within ``REAPER_INTERVAL``.
@@ -19,8 +25,9 @@ turns at once (no ``DEAD_AFTER`` to wait for), so a turn is resumed within ``REA
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-import random
+import time
 import uuid
 from typing import Any
 
@@ -32,8 +39,44 @@ from .groups import HANDOFFS_GROUP
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two joins of the group (a restarted Redis forgot the membership).
+#: Seconds between two joins of the group (a restarted Redis forgot the membership); each says "listening".
 REJOIN_INTERVAL = 5.0
+#: Seconds a listener counts another as listening after last hearing it say so (three joins).
+PRESENCE_TTL = 3 * REJOIN_INTERVAL
+#: Seconds a listener waits before it claims a turn another listener is the claimant of.
+BACKUP_DELAY = 1.0
+
+
+class Listeners:
+    """The hand-off listeners this one has heard on the group, and which of them claims a turn first."""
+
+    def __init__(self, me: str) -> None:
+        self.me = me
+        self.heard_at: dict[str, float] = {}
+
+    def hear(self, message: Any, now: float) -> bool:
+        """Take note of a presence message (True), or say it is none (False)."""
+        if not isinstance(message, dict) or message.get("presence") not in ("listening", "leaving"):
+            return False
+        speaker = message.get("origin")
+        if isinstance(speaker, str) and speaker:
+            if message["presence"] == "listening":
+                self.heard_at[speaker] = now
+            else:
+                self.heard_at.pop(speaker, None)
+        return True
+
+    def claimant(self, turn: str, announcer: Any, now: float) -> str:
+        """The listener that claims ``turn`` first: of those heard within :data:`PRESENCE_TTL`, this one
+        included and the announcer (a draining process) left out, the highest hash of (listener, turn)."""
+        live = {speaker for speaker, at in self.heard_at.items() if now - at <= PRESENCE_TTL and speaker != announcer}
+        live.add(self.me)
+        return max(sorted(live), key=lambda speaker: hashlib.blake2b(f"{speaker}|{turn}".encode(), digest_size=8).digest())
+
+
+def presence(me: str, listening: bool = True) -> dict[str, Any]:
+    """The message a listener sends to the group when it joins (``listening``) and when it stops (``leaving``)."""
+    return {"type": "update", "origin": me, "presence": "listening" if listening else "leaving"}
 
 
 async def claim_handed_off_turns() -> None:
@@ -42,10 +85,11 @@ async def claim_handed_off_turns() -> None:
         return
     layer = listener_layer()
     channel = await layer.new_channel()
-    keeper = asyncio.get_running_loop().create_task(_keep_joined(layer, channel), name="agent_persistence.handoffs.join")
+    me = origin()
+    keeper = asyncio.get_running_loop().create_task(_keep_joined(layer, channel, me), name="agent_persistence.handoffs.join")
     claims: set[asyncio.Task[Any]] = set()
     trouble = LayerTrouble("The hand-off listener")
-    me = origin()
+    listeners = Listeners(me)
     try:
         while True:
             try:
@@ -57,18 +101,20 @@ async def claim_handed_off_turns() -> None:
                 await asyncio.sleep(RETRY_INTERVAL)
                 continue
             trouble.cleared()
-            # A draining process announces the hand-offs of one flush in one message (``handoffs``). Every
-            # listener claims them in an order of its own, so two survivors meet halfway instead of both
-            # waiting on the same row lock, one turn after another, the loser of each.
-            announced_together = announcements(message)
-            random.shuffle(announced_together)
-            for announced in announced_together:
-                claim = _claim(announced, me)
+            if listeners.hear(message, time.monotonic()):
+                continue
+            # A draining process announces the hand-offs of one flush in one message (``handoffs``).
+            for announced in announcements(message):
+                claim = _claim(announced, me, listeners)
                 if claim is not None:
                     claims.add(claim)
                     claim.add_done_callback(claims.discard)
     finally:
         keeper.cancel()
+        try:  # so the others stop counting on this one at once, not after PRESENCE_TTL
+            await asyncio.wait_for(layer.group_send(HANDOFFS_GROUP, presence(me, listening=False)), RETRY_INTERVAL)
+        except BaseException:  # noqa: BLE001 - best effort: the others' backups claim its turns meanwhile
+            pass
 
 
 def listener_layer() -> Any:
@@ -103,8 +149,9 @@ def announcements(message: Any) -> list[dict[str, Any]]:
     return [announced for announced in together if isinstance(announced, dict)] if isinstance(together, list) else []
 
 
-def _claim(message: dict[str, Any], me: str) -> asyncio.Task[Any] | None:
-    """One announcement: this process's followers first, then a claim (a task); None for what is not one."""
+def _claim(message: dict[str, Any], me: str, listeners: Listeners | None = None) -> asyncio.Task[Any] | None:
+    """One announcement: this process's followers first, then a claim (a task, :data:`BACKUP_DELAY` late unless
+    this process is the turn's claimant among ``listeners``); None for what is not one."""
     payload = message.get("payload")
     if not isinstance(payload, dict) or message.get("origin") == me or payload.get("kind") != "handing_off":
         return None
@@ -114,10 +161,18 @@ def _claim(message: dict[str, Any], me: str) -> asyncio.Task[Any] | None:
         logger.warning("The hand-off listener dropped a message it could not read.")
         return None
     hub.publish(conversation_id, {**payload, "relayed": True})
-    return asyncio.get_running_loop().create_task(_take(conversation_id, message_id))
+    delay = 0.0 if listeners is None else claim_delay(message_id, message.get("origin"), listeners, time.monotonic())
+    return asyncio.get_running_loop().create_task(_take(conversation_id, message_id, delay))
 
 
-async def _take(conversation_id: uuid.UUID, message_id: uuid.UUID) -> None:
+def claim_delay(message_id: uuid.UUID, announcer: Any, listeners: Listeners, now: float) -> float:
+    """Seconds this listener waits before it claims the turn: none as its claimant, else :data:`BACKUP_DELAY`."""
+    return 0.0 if listeners.claimant(str(message_id), announcer, now) == listeners.me else BACKUP_DELAY
+
+
+async def _take(conversation_id: uuid.UUID, message_id: uuid.UUID, delay: float = 0.0) -> None:
+    if delay:
+        await asyncio.sleep(delay)
     try:
         handle = await take_handed_off(conversation_id, message_id)
     except Exception:  # noqa: BLE001 - a reaper's sweep takes it instead
@@ -128,11 +183,12 @@ async def _take(conversation_id: uuid.UUID, message_id: uuid.UUID) -> None:
                     handle.epoch)
 
 
-async def _keep_joined(layer: Any, channel: str) -> None:
+async def _keep_joined(layer: Any, channel: str, me: str) -> None:
     trouble = LayerTrouble("The hand-off listener")
     while True:
         try:
             await layer.group_add(HANDOFFS_GROUP, channel)
+            await layer.group_send(HANDOFFS_GROUP, presence(me))
             trouble.cleared()
         except asyncio.CancelledError:
             raise

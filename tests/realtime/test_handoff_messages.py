@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from agent_persistence.realtime.delivery import handoffs_message
-from agent_persistence.realtime.handoffs import _claim, announcements
+from agent_persistence.realtime.handoffs import (
+    BACKUP_DELAY,
+    PRESENCE_TTL,
+    Listeners,
+    _claim,
+    announcements,
+    claim_delay,
+    presence,
+)
 
 
 def announcement(origin: str = "web-1:1") -> dict[str, Any]:
@@ -40,3 +48,49 @@ def test_a_payload_that_is_no_hand_off_claims_nothing(payload: Any) -> None:
 
 def test_a_process_does_not_claim_its_own_hand_off() -> None:
     assert _claim(announcement(origin="web-2:2"), "web-2:2") is None
+
+
+# -- which listener claims a turn first ---------------------------------------------------------------------
+
+def heard(listeners: Listeners, *speakers: str, at: float = 100.0) -> Listeners:
+    for speaker in speakers:
+        assert listeners.hear(presence(speaker), at)
+    return listeners
+
+
+def test_listeners_that_heard_each_other_agree_on_one_claimant_for_each_turn_and_share_the_turns() -> None:
+    a, b = heard(Listeners("a:1"), "a:1", "b:2", "c:3"), heard(Listeners("b:2"), "a:1", "b:2", "c:3")
+    turns = [uuid.uuid4() for _ in range(300)]
+    claimants = [a.claimant(str(turn), "c:3", 101.0) for turn in turns]
+    assert claimants == [b.claimant(str(turn), "c:3", 101.0) for turn in turns]
+    # The announcer (a draining process) claims none of its own; the two others about half each.
+    assert set(claimants) == {"a:1", "b:2"} and 100 <= claimants.count("a:1") <= 200
+    delays = [(claim_delay(turn, "c:3", a, 101.0), claim_delay(turn, "c:3", b, 101.0)) for turn in turns]
+    assert set(delays) == {(0.0, BACKUP_DELAY), (BACKUP_DELAY, 0.0)}  # one claims at once, the other backs it up
+
+
+def test_a_listener_not_heard_lately_or_leaving_is_no_claimant_and_one_alone_claims_everything() -> None:
+    listeners = heard(Listeners("a:1"), "b:2")
+    heard(listeners, "c:3", at=100.0 + PRESENCE_TTL)
+    later = 100.0 + PRESENCE_TTL + 1  # b was last heard over PRESENCE_TTL ago
+    assert {listeners.claimant(str(uuid.uuid4()), "x:9", later) for _ in range(50)} == {"a:1", "c:3"}
+    assert listeners.hear(presence("c:3", listening=False), later)
+    assert {listeners.claimant(str(uuid.uuid4()), "x:9", later) for _ in range(50)} == {"a:1"}
+    # Nobody heard (a layer that lost the presence messages): this one claims every turn at once.
+    assert claim_delay(uuid.uuid4(), "x:9", Listeners("a:1"), later) == 0.0
+
+
+@pytest.mark.parametrize("message", [announcement(), {"presence": "maybe"}, {"handoffs": []}, "listening", None])
+def test_what_is_no_presence_message_is_left_to_the_announcements(message: Any) -> None:
+    listeners = Listeners("a:1")
+    assert not listeners.hear(message, 1.0)
+    assert listeners.heard_at == {}
+
+
+@pytest.mark.parametrize("speaker", [None, "", 42, ["b"]])
+def test_a_presence_message_without_a_readable_origin_is_taken_and_ignored(speaker: Any) -> None:
+    listeners = Listeners("a:1")
+    assert listeners.hear({"type": "update", "origin": speaker, "presence": "listening"}, 1.0)
+    assert listeners.heard_at == {}
+    assert announcements(presence("b:2")) == [presence("b:2")]  # and an old listener claims nothing of one
+    assert _claim(presence("b:2"), "a:1") is None
