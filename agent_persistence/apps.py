@@ -45,6 +45,7 @@ class AgentPersistenceConfig(AppConfig):
                 ) from exc
 
             if workers.is_worker_process(sys.argv):
+                workers.drive_claims_here()
                 workers.ensure_reaper()  # db_worker: the reaper starts with the worker, not with its first task
             if "celery" in sys.modules:
                 workers.connect_celery()

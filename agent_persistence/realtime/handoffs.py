@@ -11,7 +11,9 @@ so on the reaper's loop and for as long as it runs) and, for each turn it hears 
    the new producer can reach them;
 2. resumes the turn here (:func:`agent_persistence.runtime.lifecycle.take_handed_off`) if it is
    the turn's claimant: of the listeners it has heard (each says so on the group when it joins and
-   every :data:`REJOIN_INTERVAL`, :class:`Listeners`), the announcer left out, the one that
+   every :data:`REJOIN_INTERVAL`, :class:`Listeners`), the announcer left out, and of those the ones
+   that drive turns themselves if any (with ``TURN_RUNNER = "tasks"`` the workers, not the web
+   replicas, whose claim would go through the queue), the one that
    rendezvous hashing picks for the turn, so the listeners split a replica's turns among them
    instead of all claiming every one (each claim but one was refused by the turn store, after
    waiting on the winner's row lock, on CPU the survivors were short of). The others try it too,
@@ -33,7 +35,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from ..runtime.lifecycle import take_handed_off
+from ..runtime.lifecycle import drives_turns, take_handed_off
 from .delivery import RETRY_INTERVAL, LayerTrouble, hub, layer_spans_processes, origin
 from .groups import HANDOFFS_GROUP
 
@@ -50,9 +52,9 @@ BACKUP_DELAY = 1.0
 class Listeners:
     """The hand-off listeners this one has heard on the group, and which of them claims a turn first."""
 
-    def __init__(self, me: str) -> None:
-        self.me = me
-        self.heard_at: dict[str, float] = {}
+    def __init__(self, me: str, drives: bool = True) -> None:
+        self.me, self.drives = me, drives
+        self.heard_at: dict[str, tuple[float, bool]] = {}  # speaker -> (when last heard, whether it drives turns)
 
     def hear(self, message: Any, now: float) -> bool:
         """Take note of a presence message (True), or say it is none (False)."""
@@ -61,22 +63,26 @@ class Listeners:
         speaker = message.get("origin")
         if isinstance(speaker, str) and speaker:
             if message["presence"] == "listening":
-                self.heard_at[speaker] = now
+                self.heard_at[speaker] = (now, message.get("drives") is not False)
             else:
                 self.heard_at.pop(speaker, None)
         return True
 
     def claimant(self, turn: str, announcer: Any, now: float) -> str:
         """The listener that claims ``turn`` first: of those heard within :data:`PRESENCE_TTL`, this one
-        included and the announcer (a draining process) left out, the highest hash of (listener, turn)."""
-        live = {speaker for speaker, at in self.heard_at.items() if now - at <= PRESENCE_TTL and speaker != announcer}
-        live.add(self.me)
-        return max(sorted(live), key=lambda speaker: hashlib.blake2b(f"{speaker}|{turn}".encode(), digest_size=8).digest())
+        included and the announcer (a draining process) left out, and of them the ones that drive turns if
+        any, the highest hash of (listener, turn)."""
+        live = {speaker: drives for speaker, (at, drives) in self.heard_at.items()
+                if now - at <= PRESENCE_TTL and speaker != announcer}
+        live[self.me] = self.drives
+        drivers = [speaker for speaker, drives in live.items() if drives] or list(live)
+        return max(sorted(drivers), key=lambda speaker: hashlib.blake2b(f"{speaker}|{turn}".encode(), digest_size=8).digest())
 
 
-def presence(me: str, listening: bool = True) -> dict[str, Any]:
-    """The message a listener sends to the group when it joins (``listening``) and when it stops (``leaving``)."""
-    return {"type": "update", "origin": me, "presence": "listening" if listening else "leaving"}
+def presence(me: str, listening: bool = True, drives: bool = True) -> dict[str, Any]:
+    """The message a listener sends to the group when it joins (``listening``) and when it stops (``leaving``);
+    ``drives``: whether a turn it claims runs in its process (else it goes through the queue)."""
+    return {"type": "update", "origin": me, "presence": "listening" if listening else "leaving", "drives": drives}
 
 
 async def claim_handed_off_turns() -> None:
@@ -86,10 +92,11 @@ async def claim_handed_off_turns() -> None:
     layer = listener_layer()
     channel = await layer.new_channel()
     me = origin()
-    keeper = asyncio.get_running_loop().create_task(_keep_joined(layer, channel, me), name="agent_persistence.handoffs.join")
+    listeners = Listeners(me, drives_turns())
+    keeper = asyncio.get_running_loop().create_task(_keep_joined(layer, channel, listeners),
+                                                    name="agent_persistence.handoffs.join")
     claims: set[asyncio.Task[Any]] = set()
     trouble = LayerTrouble("The hand-off listener")
-    listeners = Listeners(me)
     try:
         while True:
             try:
@@ -103,7 +110,9 @@ async def claim_handed_off_turns() -> None:
             trouble.cleared()
             if listeners.hear(message, time.monotonic()):
                 continue
-            # A draining process announces the hand-offs of one flush in one message (``handoffs``).
+            # A draining process announces the hand-offs of one flush in one message (``handoffs``). It claims
+            # nothing from now on: it is no claimant, even if its "leaving" is lost or comes later.
+            listeners.heard_at.pop(message.get("origin") if isinstance(message, dict) else None, None)
             for announced in announcements(message):
                 claim = _claim(announced, me, listeners)
                 if claim is not None:
@@ -183,12 +192,13 @@ async def _take(conversation_id: uuid.UUID, message_id: uuid.UUID, delay: float 
                     handle.epoch)
 
 
-async def _keep_joined(layer: Any, channel: str, me: str) -> None:
+async def _keep_joined(layer: Any, channel: str, listeners: Listeners) -> None:
     trouble = LayerTrouble("The hand-off listener")
     while True:
         try:
             await layer.group_add(HANDOFFS_GROUP, channel)
-            await layer.group_send(HANDOFFS_GROUP, presence(me))
+            listeners.drives = drives_turns()  # a worker says so at its first task, after its listener started
+            await layer.group_send(HANDOFFS_GROUP, presence(listeners.me, drives=listeners.drives))
             trouble.cleared()
         except asyncio.CancelledError:
             raise

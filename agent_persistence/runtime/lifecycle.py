@@ -65,6 +65,20 @@ def claimant() -> str:
     return QUEUED_REPLICA if runs_on_workers() else replica_id()
 
 
+_drives_in = 0  # the process id of a task worker (TURN_RUNNER "tasks"): it drives what it claims itself
+
+
+def drive_claims_here() -> None:
+    """Say this process is a task worker (its first task, or its start): a hand-off it claims runs here."""
+    global _drives_in
+    _drives_in = os.getpid()
+
+
+def drives_turns() -> bool:
+    """Whether this process runs producers: with the in-process runner any, with ``"tasks"`` a worker."""
+    return not runs_on_workers() or _drives_in == os.getpid()
+
+
 def supervisor() -> Supervisor:
     """The running loop's supervisor, with the in-process reaper started when ``REAPER_ENABLED``."""
     current = Supervisor.current()
@@ -486,6 +500,9 @@ async def take_handed_off(conversation_id: uuid.UUID, message_id: uuid.UUID) -> 
 
     Called by the reaper's companion that hears the announcement (so only where a reaper runs). A
     turn already claimed elsewhere is Busy, one that ended is Gone: both are someone else's now.
+    A task worker (``TURN_RUNNER = "tasks"``) claims the turn for itself and drives it at once, as the
+    in-process runner does: through the queue, a worker that drains handed its turns to one that ran
+    their tasks one after another (50 turns: 1.8 s for the median turn to stream again).
 
     The claim runs on a small pool of its own (:data:`CLAIM_THREADS` threads, each with its own database
     connection), not on the producer thread: the claims of a replica's hand-offs would queue behind
@@ -496,14 +513,18 @@ async def take_handed_off(conversation_id: uuid.UUID, message_id: uuid.UUID) -> 
     if is_draining() or not app_settings.REAPER_ENABLED:
         return None
 
+    here = drives_turns()
+
     def claim() -> TurnPlan:
         heal_connections()
-        return begin_resume(turn_store().scope_of(conversation_id), conversation_id, message_id=message_id)
+        refuse_if_draining()
+        return turn_store().resume(turn_store().scope_of(conversation_id), conversation_id, message_id=message_id,
+                                   replica=replica_id() if here else claimant())
 
     try:
         with claiming():
             plan = await sync_to_async(claim, thread_sensitive=False, executor=_claim_pool())()
-            return await enqueued(launch(plan))
+            return launch_here(plan) if here else await enqueued(launch(plan))
     except (Busy, Gone, NotFound, ShuttingDown):
         return None
 
@@ -531,6 +552,8 @@ __all__ = [
     "cancel_turn",
     "close_out_dead_turn",
     "continue_turn",
+    "drive_claims_here",
+    "drives_turns",
     "ensure_reaper",
     "force_release",
     "launch",

@@ -42,7 +42,7 @@ from ..scope import Scope
 from ..stores import supervision_store, turn_store
 from ..stores.protocols import TurnPlan
 from . import hooks, loop
-from .lifecycle import ensure_reaper, launch_here
+from .lifecycle import drive_claims_here, ensure_reaper, launch_here
 from .producer import replica_id
 from .shutdown import drain, is_draining, stop_taking_turns
 
@@ -132,6 +132,7 @@ def start_worker() -> None:
     Called by each task: a worker installs its own signal handlers once it runs (after ``AppConfig.ready``),
     so the drain goes in front of them at its first task.
     """
+    drive_claims_here()
     ensure_reaper()
     if threading.current_thread() is threading.main_thread():
         install_drain_on_sigterm()
@@ -192,6 +193,7 @@ def connect_celery() -> None:
     from celery import signals
 
     def ready(**kwargs: Any) -> None:
+        drive_claims_here()
         ensure_reaper()
 
     def shutting_down(**kwargs: Any) -> None:

@@ -94,3 +94,19 @@ def test_a_presence_message_without_a_readable_origin_is_taken_and_ignored(speak
     assert listeners.heard_at == {}
     assert announcements(presence("b:2")) == [presence("b:2")]  # and an old listener claims nothing of one
     assert _claim(presence("b:2"), "a:1") is None
+
+
+def test_the_listeners_that_drive_turns_are_the_claimants_and_the_others_back_them_up() -> None:
+    """With ``TURN_RUNNER = "tasks"`` a web replica's claim would go through the queue: the workers claim first."""
+    web = Listeners("web:1", drives=False)
+    assert web.hear(presence("worker-a:2"), 100.0) and web.hear(presence("worker-b:3"), 100.0)
+    assert web.hear(presence("web:4", drives=False), 100.0)
+    turns = [uuid.uuid4() for _ in range(100)]
+    claimants = {web.claimant(str(turn), "worker-c:5", 101.0) for turn in turns}
+    assert claimants == {"worker-a:2", "worker-b:3"}
+    assert {claim_delay(turn, "worker-c:5", web, 101.0) for turn in turns} == {BACKUP_DELAY}
+    # The last worker drains (it is the announcer) and none other was heard: the web replicas claim, through the queue.
+    alone = Listeners("web:1", drives=False)
+    assert alone.hear(presence("web:4", drives=False), 100.0)
+    assert {alone.claimant(str(turn), "worker-a:2", 101.0) for turn in turns} == {"web:1", "web:4"}
+    assert presence("x:1")["drives"] is True and presence("x:1", drives=False)["drives"] is False
