@@ -8,6 +8,7 @@ the URL names.
 
 from __future__ import annotations
 
+import json
 import os
 
 import dj_database_url
@@ -37,3 +38,25 @@ LOGGING = {
 
 # The example project's URLs and, under baseline/, the plain Django views the API is measured against.
 ROOT_URLCONF = "benchmarks.urls"
+
+# `benchmarks deploy --runner tasks`: a worker tier, on django-tasks-db's db_worker (AP_BENCH_TASKS=db) or
+# Celery through django-tasks-celery (AP_BENCH_TASKS=celery, broker AP_BENCH_CELERY_BROKER; Python 3.12+).
+# The web replicas and the workers all read this module.
+if os.environ.get("AP_BENCH_TASKS") in ("db", "celery"):
+    AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, "TURN_RUNNER": "tasks"}  # noqa: F405
+    if os.environ["AP_BENCH_TASKS"] == "celery":
+        CELERY_BROKER_URL = os.environ["AP_BENCH_CELERY_BROKER"]
+        CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+        TASKS = {"default": {"BACKEND": "django_tasks_celery.CeleryBackend",
+                             "OPTIONS": {"CELERY_APP": "benchmarks.celery_app.app"}}}
+    else:
+        INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks", "django_tasks_db"]  # noqa: F405
+        TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+# The rolling-restart harness's overrides (agent_persistence.testing.rolling.SETTINGS_ENV, JSON merged into
+# AGENT_PERSISTENCE, its AGENTS into the project's): the replicas apply them in their ASGI factory, but a task
+# worker is started by its own command, so it reads them here.
+if os.environ.get("AGENT_PERSISTENCE_ROLLING_SETTINGS"):
+    _overrides = json.loads(os.environ["AGENT_PERSISTENCE_ROLLING_SETTINGS"])
+    AGENT_PERSISTENCE = {**AGENT_PERSISTENCE, **_overrides,  # noqa: F405
+                         "AGENTS": {**AGENT_PERSISTENCE["AGENTS"], **_overrides.get("AGENTS", {})}}  # noqa: F405

@@ -149,6 +149,7 @@ class Replica:
         self.log_path.write_text("")
         self.process: subprocess.Popen[bytes] | None = None
         self.generation = 0
+        self.started_at = 0  # where this generation's output starts in the log
 
     def start(self) -> None:
         self.generation += 1
@@ -157,11 +158,12 @@ class Replica:
         with self.log_path.open("a") as log:
             log.write(f"--- {self.name} generation {self.generation}\n")
             log.flush()
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", f"{__name__}:server_application", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--log-level", "warning", "--lifespan", "on"],
-                env=env, stdout=subprocess.DEVNULL, stderr=log,
-            )
+            self.started_at = log.tell()
+            self.process = subprocess.Popen(self.command(), env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "uvicorn", "--factory", f"{__name__}:server_application", "--host", "127.0.0.1",
+                "--port", str(self.port), "--log-level", "warning", "--lifespan", "on"]
 
     def wait_serving(self, timeout: float = 60) -> None:
         """Return once the server answers HTTP (uvicorn listens once the lifespan startup is done)."""
@@ -203,6 +205,51 @@ class Replica:
 
     def output(self) -> str:
         return self.log_path.read_text()[-5000:]
+
+
+class TaskWorker(Replica):
+    """One worker process of a worker tier (``TURN_RUNNER = "tasks"``), restarted as a replica is.
+
+    ``backend`` ``"db"``: django-tasks-db's ``db_worker`` (``python -m django db_worker``);
+    ``"celery"``: a Celery worker (``celery -A CELERY_APP worker --pool solo``, the producers in the
+    worker process). Its settings are the environment's ``DJANGO_SETTINGS_MODULE``: a worker is not
+    made by :func:`server_application`, so that module must read :data:`SETTINGS_ENV` itself (as
+    ``benchmarks/settings.py`` does) for the spec's overrides to apply. It has no port: it serves no
+    one, it takes tasks; :meth:`wait_serving` waits for the line it logs once it does.
+    """
+
+    #: What each backend's worker logs once it takes tasks (and stops gracefully on SIGTERM).
+    READY = {"db": "Starting worker", "celery": " ready."}
+
+    def __init__(self, name: str, spec: ReplicaSpec, backend: str, celery_app: str = "") -> None:
+        if backend not in self.READY:
+            raise ValueError(f"No worker backend {backend!r}: one of {', '.join(self.READY)}.")
+        super().__init__(name, 0, spec)
+        self.backend, self.celery_app = backend, celery_app
+
+    def command(self) -> list[str]:
+        if self.backend == "db":
+            return [sys.executable, "-m", "django", "db_worker", "--interval", "0.05", "--no-startup-delay",
+                    "--worker-id", self.name]
+        return [sys.executable, "-m", "celery", "-A", self.celery_app, "worker", "--pool", "solo", "-n", f"{self.name}@%h",
+                "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+
+    def wait_serving(self, timeout: float = 60) -> None:
+        """Return once this generation logged that it takes tasks (a SIGTERM before that kills a worker still starting)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Worker {self.name} exited with {self.process.returncode}: {self.output()}")
+            with self.log_path.open() as log:
+                log.seek(self.started_at)
+                if self.READY[self.backend] in log.read():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"Worker {self.name} did not take tasks within {timeout:.0f} s.")
+
+    def url(self, conversation_id: uuid.UUID) -> str:
+        raise TypeError("A worker serves no websocket.")
 
 
 # -- the clients -----------------------------------------------------------------------------------
@@ -369,6 +416,8 @@ def percentile(values: list[float], fraction: float) -> float:
 @dataclass
 class RollingReport:
     replicas: int = 0
+    workers: int = 0
+    restarted: str = "replicas"  # what was restarted in turn: "replicas", or the tier's "workers"
     turns: int = 0
     restarts: int = 0
     answer_chars: int = 0
@@ -415,7 +464,10 @@ class RollingReport:
         else:
             tools = f"{self.tool_calls_repeated} (hand-offs with a tool call in flight)"
         return [
-            f"replicas               {self.replicas} (each restarted once with SIGTERM: {self.restarts} restarts)",
+            (f"replicas               {self.replicas} (each restarted once with SIGTERM: {self.restarts} restarts)"
+             if self.restarted == "replicas" else
+             f"replicas               {self.replicas} (not restarted), workers {self.workers} (each restarted once with "
+             f"SIGTERM: {self.restarts} restarts)"),
             f"turns                  {self.turns} ({self.answer_chars} characters of answers)",
             f"lost characters        {self.lost}",
             *(f"filled by the final    {self.filled_by_final} characters (no delta carried them; the final frame did)"
@@ -456,12 +508,19 @@ async def run_rolling_restart(
     timeout: float = 120.0,
     tool_log: Path | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    workers: int = 0,
+    backend: str = "db",
+    celery_app: str = "",
 ) -> RollingReport:
     """Start ``replicas`` servers of ``spec``, ``turns`` turns of ``agent`` (the users in turn), restart every replica.
 
     Runs in a process with Django set up on the same database as the servers (it creates the
     conversations and sessions, and reads the runs and events after). ``tool_log``: the file of
     ``TOOL_LOG_ENV`` when the agent is :class:`RollingAgent` (its executions are then counted).
+
+    ``workers``: a worker tier (the spec's settings say ``TURN_RUNNER = "tasks"``): that many
+    :class:`TaskWorker` processes of ``backend`` run the producers beside the replicas, and the
+    workers, not the replicas, are restarted in turn (the replicas only accept and stream).
     """
     from asgiref.sync import sync_to_async
     from django.conf import settings
@@ -472,7 +531,7 @@ async def run_rolling_restart(
     from ..stores import conversation_store, event_store, run_store
     from .crash import CrashReport, compare, free_port, session_for
 
-    report = RollingReport(replicas=replicas, turns=turns)
+    report = RollingReport(replicas=replicas, workers=workers, turns=turns)
     scopes: dict[str, Scope] = {}
     cookies: dict[str, str] = {}
     user_model = get_user_model()
@@ -481,14 +540,18 @@ async def run_rolling_restart(
         scopes[username] = Scope(tenant="", user=str(user.pk))
         cookies[username] = await sync_to_async(session_for)(username)
     servers = [Replica(chr(ord("a") + i), free_port(), spec) for i in range(replicas)]
+    tier = [TaskWorker(f"worker-{chr(ord('a') + i)}", spec, backend, celery_app) for i in range(workers)]
+    restarted: list[Replica] = tier or servers
+    report.restarted = "workers" if tier else "replicas"
     clients: list[tuple[Scope, TurnClient]] = []
     sigterms: list[float] = []
     try:
-        for server in servers:
+        for server in [*servers, *tier]:
             server.start()
-        for server in servers:
+        for server in [*servers, *tier]:
             await asyncio.to_thread(server.wait_serving)
-        progress(f"{replicas} replicas serving on ports {', '.join(str(s.port) for s in servers)}")
+        progress(f"{replicas} replicas serving on ports {', '.join(str(s.port) for s in servers)}"
+                 + (f", {workers} {backend} workers taking tasks" if tier else ""))
         for number in range(turns):
             username = usernames[number % len(usernames)]
             conversation = await conversation_store().acreate(scopes[username], id=uuid.uuid4(), agent=agent,
@@ -508,7 +571,7 @@ async def run_rolling_restart(
                 break
             await asyncio.sleep(0.05)
         grace = float(spec.overrides.get("SHUTDOWN_GRACE", app_settings.SHUTDOWN_GRACE))
-        for server in servers:
+        for server in restarted:
             live = sum(1 for _, c in clients if c.final is None)
             sigterm_at = time.monotonic()
             sigterms.append(sigterm_at)
@@ -521,13 +584,13 @@ async def run_rolling_restart(
             await asyncio.to_thread(server.wait_serving)
             report.restart_seconds.append(time.monotonic() - sigterm_at)
             report.restarts += 1
-            progress(f"replica {server.name} restarted in {report.restart_seconds[-1]:.2f} s ({live} turns live)")
+            progress(f"{'' if tier else 'replica '}{server.name} restarted in {report.restart_seconds[-1]:.2f} s ({live} turns live)")
         results = await asyncio.gather(*followers, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 report.notes.append(f"a follower failed: {result.__class__.__name__}: {result}")
     finally:
-        for server in servers:
+        for server in [*tier, *servers]:
             await asyncio.to_thread(server.stop)
 
     executions = tool_executions(tool_log) if tool_log is not None else None
@@ -580,5 +643,5 @@ async def run_rolling_restart(
     return report
 
 
-__all__ = ["Replica", "ReplicaSpec", "RollingAgent", "RollingReport", "TurnClient", "percentile", "run_rolling_restart",
+__all__ = ["Replica", "ReplicaSpec", "RollingAgent", "RollingReport", "TaskWorker", "TurnClient", "percentile", "run_rolling_restart",
            "server_application", "tool_executions"]
