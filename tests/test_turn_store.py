@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -101,3 +102,32 @@ def test_a_batch_of_held_turns_is_released_in_statements_that_do_not_grow_with_i
                 for table in ("turnsupervision", "run")}
     # One turn at a time (the fallback) would lock, fence and update each row on its own: 2 + 2 x width.
     assert touching == {"turnsupervision": 2, "run": 1}, [query["sql"][:120] for query in queries]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("width", [3, 12])
+def test_a_listener_s_share_of_handed_off_turns_is_claimed_in_statements_that_do_not_grow_with_it(width: int) -> None:
+    """The locks, previous runs, supervision rows, epochs and new runs in one pass each; per turn only its event
+    append and its plan's reads (one claim at a time made eighteen round trips a turn)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    store = TurnStore()
+    plans = [store.begin(OWNER, uuid.uuid4(), content="hi", agent="helper", known_agents=AGENTS) for _ in range(width)]
+    store.hand_off_many([{"scope": plan.scope, "conversation_id": plan.conversation_id, "message_id": plan.message_id,
+                          "run_id": plan.run_id, "epoch": plan.epoch} for plan in plans])
+    with CaptureQueriesContext(connection) as queries:
+        claimed = store.resume_many([{"conversation_id": plan.conversation_id, "message_id": plan.message_id}
+                                     for plan in plans], replica="replica-b")
+    assert {pk: plan.epoch for pk, plan in claimed.items()} == {plan.conversation_id: plan.epoch + 2 for plan in plans}
+    touching = Counter(table_of(query["sql"]) for query in queries)
+    # One turn at a time (the fallback) would read, lock and write each turn's rows on its own.
+    assert (touching["turnsupervision"], touching["run"]) == (2, 3), [query["sql"][:120] for query in queries]
+
+
+def table_of(sql: str) -> str:
+    """The table a statement reads or writes first (``FROM``, ``UPDATE``, ``INSERT INTO``)."""
+    import re
+
+    match = re.search(r'(?:FROM|UPDATE|INTO) "agent_persistence_(\w+)"', sql)
+    return match.group(1) if match else ""

@@ -9,7 +9,8 @@ so on the reaper's loop and for as long as it runs) and, for each turn it hears 
 
 1. tells its own followers of the conversation (a ``handing_off`` status), before anything of
    the new producer can reach them;
-2. resumes the turn here (:func:`agent_persistence.runtime.lifecycle.take_handed_off`) if it is
+2. resumes the turn here (:func:`agent_persistence.runtime.lifecycle.take_handed_off_many`, this
+   process's share of the announcement in one call) if it is
    the turn's claimant: of the listeners it has heard (each says so on the group when it joins and
    every :data:`REJOIN_INTERVAL`, :class:`Listeners`), the announcer left out, and of those the ones
    that drive turns themselves if any (with ``TURN_RUNNER = "tasks"`` the workers, not the web
@@ -35,7 +36,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from ..runtime.lifecycle import drives_turns, take_handed_off
+from ..runtime.lifecycle import drives_turns, take_handed_off_many
 from .delivery import RETRY_INTERVAL, LayerTrouble, hub, layer_spans_processes, origin
 from .groups import HANDOFFS_GROUP
 
@@ -113,11 +114,16 @@ async def claim_handed_off_turns() -> None:
             # A draining process announces the hand-offs of one flush in one message (``handoffs``). It claims
             # nothing from now on: it is no claimant, even if its "leaving" is lost or comes later.
             listeners.heard_at.pop(message.get("origin") if isinstance(message, dict) else None, None)
+            # This process's share of the announcement is claimed at once in one call, the rest (backups) later.
+            shares: dict[float, list[tuple[uuid.UUID, uuid.UUID]]] = {}
             for announced in announcements(message):
-                claim = _claim(announced, me, listeners)
-                if claim is not None:
-                    claims.add(claim)
-                    claim.add_done_callback(claims.discard)
+                turn = _claim(announced, me, listeners)
+                if turn is not None:
+                    shares.setdefault(turn[2], []).append(turn[:2])
+            for delay, share in shares.items():
+                claim = asyncio.get_running_loop().create_task(_take(share, delay))
+                claims.add(claim)
+                claim.add_done_callback(claims.discard)
     finally:
         keeper.cancel()
         try:  # so the others stop counting on this one at once, not after PRESENCE_TTL
@@ -158,9 +164,10 @@ def announcements(message: Any) -> list[dict[str, Any]]:
     return [announced for announced in together if isinstance(announced, dict)] if isinstance(together, list) else []
 
 
-def _claim(message: dict[str, Any], me: str, listeners: Listeners | None = None) -> asyncio.Task[Any] | None:
-    """One announcement: this process's followers first, then a claim (a task, :data:`BACKUP_DELAY` late unless
-    this process is the turn's claimant among ``listeners``); None for what is not one."""
+def _claim(message: dict[str, Any], me: str, listeners: Listeners | None = None) -> tuple[uuid.UUID, uuid.UUID, float] | None:
+    """One announcement: this process's followers first, then the turn to claim, ``(conversation id, message id,
+    delay)`` (:data:`BACKUP_DELAY` unless this process is the turn's claimant among ``listeners``); None for what
+    is not one."""
     payload = message.get("payload")
     if not isinstance(payload, dict) or message.get("origin") == me or payload.get("kind") != "handing_off":
         return None
@@ -171,7 +178,7 @@ def _claim(message: dict[str, Any], me: str, listeners: Listeners | None = None)
         return None
     hub.publish(conversation_id, {**payload, "relayed": True})
     delay = 0.0 if listeners is None else claim_delay(message_id, message.get("origin"), listeners, time.monotonic())
-    return asyncio.get_running_loop().create_task(_take(conversation_id, message_id, delay))
+    return conversation_id, message_id, delay
 
 
 def claim_delay(message_id: uuid.UUID, announcer: Any, listeners: Listeners, now: float) -> float:
@@ -179,17 +186,17 @@ def claim_delay(message_id: uuid.UUID, announcer: Any, listeners: Listeners, now
     return 0.0 if listeners.claimant(str(message_id), announcer, now) == listeners.me else BACKUP_DELAY
 
 
-async def _take(conversation_id: uuid.UUID, message_id: uuid.UUID, delay: float = 0.0) -> None:
+async def _take(share: list[tuple[uuid.UUID, uuid.UUID]], delay: float = 0.0) -> None:
     if delay:
         await asyncio.sleep(delay)
     try:
-        handle = await take_handed_off(conversation_id, message_id)
-    except Exception:  # noqa: BLE001 - a reaper's sweep takes it instead
-        logger.warning("Could not take over the handed-off turn of conversation %s.", conversation_id, exc_info=True)
+        handles = await take_handed_off_many(share)
+    except Exception:  # noqa: BLE001 - a reaper's sweep takes them instead
+        logger.warning("Could not take over %d handed-off turn(s).", len(share), exc_info=True)
         return
-    if handle is not None:
-        logger.info("Took over the handed-off turn %s of conversation %s (epoch %s).", message_id, conversation_id,
-                    handle.epoch)
+    for handle in handles:
+        logger.info("Took over the handed-off turn %s of conversation %s (epoch %s).", handle.message_id,
+                    handle.conversation_id, handle.epoch)
 
 
 async def _keep_joined(layer: Any, channel: str, listeners: Listeners) -> None:

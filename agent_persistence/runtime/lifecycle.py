@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 
 from ..conf import app_settings
-from ..exceptions import Busy, Conflict, ConversationNotOwned, Gone, NotFound, ShuttingDown
+from ..exceptions import Busy, Conflict, ConversationNotOwned, ShuttingDown
 from ..scope import Scope
 from ..statuses import QUEUED_REPLICA, TurnState
 from ..stores import conversation_store, lease_store, run_store, supervision_store, turn_store
@@ -496,37 +496,55 @@ async def reap_forever() -> None:
 
 
 async def take_handed_off(conversation_id: uuid.UUID, message_id: uuid.UUID) -> TurnHandle | None:
-    """Resume, here, a turn another process announced it handed off; None when another process was first.
+    """Resume, here, a turn another process announced it handed off; None when another process was first."""
+    handles = await take_handed_off_many([(conversation_id, message_id)])
+    return handles[0] if handles else None
 
-    Called by the reaper's companion that hears the announcement (so only where a reaper runs). A
-    turn already claimed elsewhere is Busy, one that ended is Gone: both are someone else's now.
-    A task worker (``TURN_RUNNER = "tasks"``) claims the turn for itself and drives it at once, as the
-    in-process runner does: through the queue, a worker that drains handed its turns to one that ran
-    their tasks one after another (50 turns: 1.8 s for the median turn to stream again).
+
+async def take_handed_off_many(claims: list[tuple[uuid.UUID, uuid.UUID]]) -> list[TurnHandle]:
+    """Resume, here, the turns (``(conversation id, message id)``) other processes announced they handed off.
+
+    Called by the reaper's companion that hears the announcements (so only where a reaper runs), with
+    its share of one announcement. A turn already claimed elsewhere is Busy, one that ended is Gone:
+    both are someone else's now and left out of the handles. The turns are claimed in one call
+    (:meth:`~agent_persistence.stores.protocols.TurnStoreProtocol.resume_many`). A task worker
+    (``TURN_RUNNER = "tasks"``) claims them for itself and drives them at once, as the in-process
+    runner does: through the queue, a worker that drains handed its turns to one that ran their tasks
+    one after another (50 turns: 1.8 s for the median turn to stream again).
 
     The claim runs on a small pool of its own (:data:`CLAIM_THREADS` threads, each with its own database
     connection), not on the producer thread: the claims of a replica's hand-offs would queue behind
-    this process's own producers' writes and behind each other, one round trip at a time.
+    this process's own producers' writes, one round trip at a time.
     """
     from ..stores.twins import heal_connections
 
-    if is_draining() or not app_settings.REAPER_ENABLED:
-        return None
+    if is_draining() or not app_settings.REAPER_ENABLED or not claims:
+        return []
 
     here = drives_turns()
 
-    def claim() -> TurnPlan:
+    def claim(chunk: list[tuple[uuid.UUID, uuid.UUID]]) -> dict[uuid.UUID, TurnPlan | Exception]:
         heal_connections()
         refuse_if_draining()
-        return turn_store().resume(turn_store().scope_of(conversation_id), conversation_id, message_id=message_id,
-                                   replica=replica_id() if here else claimant())
+        return turn_store().resume_many([{"conversation_id": pk, "message_id": message_id} for pk, message_id in chunk],
+                                        replica=replica_id() if here else claimant())
 
-    try:
-        with claiming():
-            plan = await sync_to_async(claim, thread_sensitive=False, executor=_claim_pool())()
-            return launch_here(plan) if here else await enqueued(launch(plan))
-    except (Busy, Gone, NotFound, ShuttingDown):
-        return None
+    # In as many calls as the pool has threads, side by side: one call for them all kept the first turn
+    # waiting for the last one's claim and plan.
+    chunks = [claims[start::CLAIM_THREADS] for start in range(min(CLAIM_THREADS, len(claims)))]
+    handles = []
+    with claiming():
+        for claimed in asyncio.as_completed([
+            sync_to_async(claim, thread_sensitive=False, executor=_claim_pool())(chunk) for chunk in chunks
+        ]):
+            try:
+                results = await claimed
+            except ShuttingDown:
+                continue
+            for plan in results.values():
+                if isinstance(plan, TurnPlan):  # the others were refused (Busy, Gone, NotFound): someone else's
+                    handles.append(launch_here(plan) if here else await enqueued(launch(plan)))
+    return handles
 
 
 #: Threads (so database connections) of a process's pool for claiming handed-off turns.
@@ -567,4 +585,5 @@ __all__ = [
     "start_turn",
     "stop_turn_now",
     "take_handed_off",
+    "take_handed_off_many",
 ]

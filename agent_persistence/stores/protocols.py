@@ -249,6 +249,16 @@ class TurnStoreProtocol(Protocol):
         """The runs among ``run_ids`` whose stop was requested, from any process."""
         ...
 
+    def resume_many(self, claims: list[dict[str, Any]], *, replica: str = "") -> dict[uuid.UUID, "TurnPlan | Exception"]:
+        """:meth:`resume` of each of ``claims`` (``conversation_id`` and ``message_id``, the handed-off turns a
+        listener heard of) as its conversation's owner, in one call; ``{conversation_id: its plan, or the refusal}``.
+
+        Each turn is claimed or refused (Busy, Gone, NotFound) on its own terms, as :meth:`resume` would; a
+        batch of turns all still handed off as announced is claimed together. An invalid item, or one
+        conversation twice, is Validation and nothing is written.
+        """
+        ...
+
     def scope_of(self, conversation_id: Any) -> Scope:
         """The owner's scope of a conversation, for operators and the reaper; NotFound when absent."""
         ...

@@ -57,6 +57,7 @@ from .rules.turns import (
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
+    clean_claims,
     clean_hand_off,
     clean_known_agents,
     clean_seal,
@@ -384,6 +385,81 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             epoch, agent_name = self._take_over(scope, conversation, row, run_id=run_id, replica=replica, now=now)
         return self._plan(scope, pk, message_id=row.message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
                           resumed=True)
+
+    def resume_many(self, claims: list[dict[str, Any]], *, replica: str = "") -> dict[uuid.UUID, TurnPlan | Exception]:
+        """:meth:`resume` of each of ``claims`` as its conversation's owner, in one call; each plan or refusal.
+
+        ``claims`` are ``{conversation_id, message_id}`` of handed-off turns (a hand-off listener's share
+        of an announcement). When every one is still handed off as announced they are claimed together: the
+        locks of the lock order and the previous runs each in one pass, the supervision rows, epochs and new
+        runs each in one statement, one event append a turn, then each turn's plan (one claim at a time made
+        eighteen round trips a turn, and a survivor's claims waited for each other on CPU it was short of).
+        Otherwise each is claimed, or refused (Busy, Gone, NotFound), on its own, as :meth:`resume` does.
+        """
+        items = clean_claims(claims)
+        replica = clean_replica(replica)
+        if not items:
+            return {}
+        try:
+            with transaction.atomic():
+                claimed = self._claim_all_handed_off(items, replica)
+        except _NotAllAtOnce:
+            results: dict[uuid.UUID, TurnPlan | Exception] = {}
+            for pk, message_id in items:
+                try:
+                    results[pk] = self.resume(self.scope_of(pk), pk, message_id=message_id, replica=replica)
+                except (Busy, Gone, NotFound) as exc:
+                    results[pk] = exc
+            return results
+        return {pk: self._plan(scope, pk, message_id=message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
+                               resumed=True)
+                for pk, (scope, message_id, run_id, epoch, agent_name) in claimed.items()}
+
+    def _claim_all_handed_off(
+        self, items: list[tuple[uuid.UUID, uuid.UUID]], replica: str
+    ) -> dict[uuid.UUID, tuple[Scope, uuid.UUID, uuid.UUID, int, str]]:
+        """Inside the caller's transaction: claim every handed-off turn of ``items`` (sorted by conversation) together.
+
+        ``{conversation_id: (owner scope, message id, run id, epoch, agent name)}``. Raises
+        :class:`_NotAllAtOnce` (rolled back: the caller claims one turn at a time) when any turn is not
+        handed off at its conversation's epoch with the announced message.
+        """
+        pks = [pk for pk, _ in items]
+        rows = {row.pk: row for row in TurnSupervision.objects.select_for_update().filter(pk__in=pks).order_by("pk")}
+        conversations = {c.pk: c for c in Conversation.objects.select_for_update().filter(pk__in=pks).order_by("pk")}
+        for pk, message_id in items:
+            row, conversation = rows.get(pk), conversations.get(pk)
+            if (row is None or conversation is None or row.status != HANDED_OFF or row.message_id != message_id
+                    or row.epoch != conversation.epoch):
+                raise _NotAllAtOnce()
+        now = timezone.now()
+        turns = Q()
+        for pk, message_id in items:
+            turns |= Q(conversation_id=pk, message_id=message_id)
+        previous: dict[uuid.UUID, Run] = {}
+        for run in Run.objects.filter(turns, parent__isnull=True).order_by("-started_at", "-id").only("conversation_id", "name"):
+            previous.setdefault(run.conversation_id, run)
+        finish_runs(Run.objects.filter(turns, status__in=OPEN_RUN_STATUSES), RunStatus.ABORTED, PRODUCER_LOST, now)
+        claimed: dict[uuid.UUID, tuple[Scope, uuid.UUID, uuid.UUID, int, str]] = {}
+        for pk, message_id in items:
+            conversation, row = conversations[pk], rows[pk]
+            agent_name = (previous[pk].name if pk in previous and previous[pk].name else "") or conversation.agent
+            claimed[pk] = (Scope(tenant=conversation.tenant, user=conversation.owner), message_id, uuid7(),
+                           conversation.epoch + 1, agent_name)
+            row.status, row.run_id, row.epoch, row.replica = SupervisionStatus.RUNNING, claimed[pk][2], claimed[pk][3], replica
+            row.heartbeat_at = row.claimed_at = now
+        TurnSupervision.objects.bulk_update(list(rows.values()), ["status", "run_id", "epoch", "replica", "heartbeat_at",
+                                                                   "claimed_at"])
+        Conversation.objects.filter(pk__in=pks).update(epoch=F("epoch") + 1, last_turn_status=LastTurnStatus.RUNNING)
+        Run.objects.bulk_create([
+            Run(id=run_id, conversation_id=pk, message_id=message_id, name=agent_name, status=RunStatus.RUNNING,
+                epoch=epoch, started_at=now)
+            for pk, (_scope, message_id, run_id, epoch, agent_name) in claimed.items()
+        ])
+        for pk, (scope, message_id, run_id, epoch, _agent_name) in claimed.items():
+            self.events.append(scope, pk, [running_event(message_id, run_id, epoch, resumed=True, handed_off=True)],
+                               run_id=run_id)
+        return claimed
 
     def _take_over(self, scope: Scope, conversation: Conversation, row: TurnSupervision, *, run_id: uuid.UUID,
                    replica: str, now: datetime) -> tuple[int, str]:

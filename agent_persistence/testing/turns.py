@@ -588,6 +588,103 @@ class TurnStoreContract(FamilyContract):
             assert not self.seal(turns, plan)
             assert turns.resume(OWNER, plan.conversation_id, replica="replica-b").epoch == plan.epoch + 2
 
+    # -- claims of a hand-off listener, in one call --------------------------------------------------------
+
+    def handed_off_turn(self, turns: Any, index: int = 0) -> TurnPlan:
+        """A turn released by its producer's shutdown, with a recording at ``index`` and a checkpoint."""
+        plan = self.begin(turns)
+        self.family.recordings.put(plan.conversation_id, message_id=plan.message_id, index=index,
+                                   message={"content": "half"}, epoch=plan.epoch)
+        self.family.checkpoints.save(plan.conversation_id, {"message_id": str(plan.message_id), "text": "half"},
+                                     epoch=plan.epoch)
+        assert self.hand_off(turns, plan) == plan.epoch + 1
+        return plan
+
+    def test_resume_many_claims_each_handed_off_turn_as_resume_would(self, turns: Any) -> None:
+        alone, *together = [self.handed_off_turn(turns, index) for index in (3, 5, 7, 9)]
+        expected = turns.resume(OWNER, alone.conversation_id, message_id=alone.message_id, replica="replica-b")
+        plans = turns.resume_many([{"conversation_id": plan.conversation_id, "message_id": plan.message_id}
+                                   for plan in reversed(together)], replica="replica-b")
+        assert sorted(plans) == sorted(plan.conversation_id for plan in together)
+        for index, plan in zip((5, 7, 9), together):
+            claimed = plans[plan.conversation_id]
+            assert (claimed.scope, claimed.message_id, claimed.epoch, claimed.agent_name, claimed.resumed) == (
+                OWNER, plan.message_id, plan.epoch + 2, expected.agent_name, True)
+            assert claimed.run_id not in (plan.run_id, expected.run_id)
+            assert (claimed.start_index, claimed.checkpoint) == (index, {"message_id": str(plan.message_id), "text": "half"})
+            assert [m.content for m in claimed.transcript] == [m.content for m in expected.transcript]
+            view = turns.read_turn(OWNER, plan.conversation_id)
+            assert (view.state, view.run_id, view.epoch) == ("alive", claimed.run_id, plan.epoch + 2)
+            assert self.event_types(plan.conversation_id) == self.event_types(alone.conversation_id) == [
+                "status_running", "handed_off", "status_running"]
+            assert self.run_status(claimed.run_id) == "running" and self.run_status(plan.run_id) == "aborted"
+            assert self.family.conversations.get(OWNER, plan.conversation_id).last_turn_status == "running"
+            # Claimed at its epoch: the new producer writes; a second claim is refused.
+            assert self.seal(turns, claimed)
+        again = turns.resume_many([{"conversation_id": together[0].conversation_id, "message_id": together[0].message_id}])
+        assert isinstance(again[together[0].conversation_id], Gone)
+        assert turns.resume_many([]) == {}
+
+    def test_resume_many_refuses_each_turn_that_is_not_handed_off_on_its_own_terms(self, turns: Any) -> None:
+        handed = self.handed_off_turn(turns)
+        live = self.begin(turns)
+        dead = self.dead_turn(turns)
+        gone = self.handed_off_turn(turns)
+        self.family.conversations.delete(OWNER, gone.conversation_id)
+        other = self.handed_off_turn(turns)  # announced with another turn's message id
+        claims = [{"conversation_id": plan.conversation_id, "message_id": plan.message_id}
+                  for plan in (handed, live, dead, gone)] + [{"conversation_id": other.conversation_id,
+                                                             "message_id": uuid.uuid4()}]
+        results = turns.resume_many(claims, replica="replica-b")
+        assert results[handed.conversation_id].epoch == handed.epoch + 2
+        assert isinstance(results[live.conversation_id], Busy)
+        assert results[dead.conversation_id].epoch == dead.epoch + 1  # a dead producer's turn, taken over as resume does
+        assert isinstance(results[gone.conversation_id], NotFound)
+        assert isinstance(results[other.conversation_id], Gone)
+        assert turns.read_turn(OWNER, live.conversation_id).run_id == live.run_id
+        assert turns.read_turn(OWNER, other.conversation_id).state == "handing_off"
+
+    def test_resume_many_refuses_an_invalid_or_repeated_claim_and_writes_nothing(self, turns: Any) -> None:
+        plan = self.handed_off_turn(turns)
+        claim = {"conversation_id": plan.conversation_id, "message_id": plan.message_id}
+        for claims in ([claim, claim], [claim, {"conversation_id": "nope", "message_id": plan.message_id}],
+                       [claim, {"conversation_id": uuid.uuid4()}], [claim, "x"], claim):
+            with pytest.raises(Validation):
+                turns.resume_many(claims)  # type: ignore[arg-type]
+        assert turns.read_turn(OWNER, plan.conversation_id).state == "handing_off"
+        assert self.event_types(plan.conversation_id) == ["status_running", "handed_off"]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_batch_claim_racing_single_claims_admits_one_producer_for_each_turn(self) -> None:
+        """A listener claims its share of an announcement in one call while other processes claim the same turns
+        one at a time: each turn gets exactly one new producer."""
+        width = 3
+        for _ in range(self.RACE_ROUNDS):
+            handed = [self.handed_off_turn(self.family.turns) for _ in range(width)]
+
+            def race(index: int) -> str:
+                if index == 0:
+                    results = self.family.turns.resume_many(
+                        [{"conversation_id": plan.conversation_id, "message_id": plan.message_id} for plan in handed],
+                        replica="batch")
+                    return ",".join(str(number) for number, plan in enumerate(handed)
+                                    if isinstance(results[plan.conversation_id], TurnPlan))
+                plan = handed[index % width]
+                try:
+                    self.family.turns.resume(OWNER, plan.conversation_id, message_id=plan.message_id, replica=f"r{index}")
+                except (Busy, Gone):
+                    return f"refused {index % width}"
+                return f"won {index % width}"
+
+            outcomes = self.family.run_in_processes(self.RACE_THREADS, race)
+            batch = {int(number) for number in outcomes[0].split(",") if number}
+            for number, plan in enumerate(handed):
+                single = [outcome for outcome in outcomes[1:] if outcome.endswith(f" {number}")]
+                winners = single.count(f"won {number}") + (number in batch)
+                assert winners == 1, outcomes
+                assert self.family.runs.list(OWNER, plan.conversation_id).total == 2
+                assert self.family.turns.read_turn(OWNER, plan.conversation_id).state == "alive"
+
     def test_hand_off_many_refuses_an_invalid_or_repeated_item_and_writes_nothing(self, turns: Any) -> None:
         first, second = self.begin(turns), self.begin(turns)
         with pytest.raises(Validation):

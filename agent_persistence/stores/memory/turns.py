@@ -33,6 +33,7 @@ from ..rules.turns import (
     PRODUCER_LOST,
     TURN_ENDED,
     announce,
+    clean_claims,
     clean_hand_off,
     clean_known_agents,
     clean_seal,
@@ -528,6 +529,17 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
             return self._plan(scope, lookup_id(conversation_id), message_id=parse_id(message_id, "message_id"),
                               run_id=parse_id(run_id, "run_id"), epoch=clean_lease_epoch(epoch), agent_name=str(agent_name),
                               resumed=bool(resumed))
+
+    def resume_many(self, claims: list[dict[str, Any]], *, replica: str = "") -> dict[uuid.UUID, TurnPlan | Exception]:
+        items = clean_claims(claims)
+        replica = clean_replica(replica)
+        claimed: dict[uuid.UUID, TurnPlan | Exception] = {}
+        for pk, message_id in items:
+            try:
+                claimed[pk] = self.resume(self.scope_of(pk), pk, message_id=message_id, replica=replica)
+            except (Busy, Gone, NotFound) as exc:
+                claimed[pk] = exc
+        return claimed
 
     def scope_of(self, conversation_id: Any) -> Scope:
         pk = lookup_id(conversation_id)

@@ -66,6 +66,20 @@ def clean_hand_off(scope: Scope, conversation_id: Any, *, message_id: Any, run_i
             clean_lease_epoch(epoch), clean_in_flight(in_flight))
 
 
+def clean_claims(claims: Any) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """The ``(conversation id, message id)`` of each item of ``TurnStore.resume_many``, sorted by conversation.
+
+    Validation for a list that is not one of mappings with both ids, or that names a conversation twice.
+    """
+    if not isinstance(claims, list) or not all(isinstance(claim, dict) for claim in claims):
+        raise Validation("claims must be a list of {conversation_id, message_id}.")
+    items = sorted((parse_id(claim.get("conversation_id"), "conversation_id"), parse_id(claim.get("message_id"), "message_id"))
+                   for claim in claims)
+    if len({pk for pk, _ in items}) != len(items):
+        raise Validation("A conversation appears twice in one batch of claims.")
+    return items
+
+
 def handed_off_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, released_at: int,
                      in_flight: str | None = None) -> dict[str, Any]:
     """The turn's producer (``epoch``) released it at a shutdown, at ``released_at`` (its epoch + 1)."""
