@@ -309,3 +309,47 @@ def test_the_turns_drained_together_are_handed_off_together_and_one_bad_turn_lea
     assert run(resume_all()) == [Outcome.COMPLETED] * 3
     for handle in handles[1:]:
         assert Message.objects.get(pk=handle.message_id).content == ANSWER
+
+
+def test_a_listener_s_share_of_hand_offs_is_claimed_together_and_each_turn_finishes_here(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a hand-off listener does with its share of an announcement (``take_handed_off_many``): the turns still
+    handed off are claimed and driven here to their end; one another process took first is left out."""
+    from agent_persistence.runtime.lifecycle import take_handed_off_many
+
+    monkeypatch.setenv("AP_CHUNK_DELAY", "0.3")
+    ids = [uuid.uuid4() for _ in range(6)]
+
+    async def drain_them() -> list[Any]:
+        handles = [await start_turn(alice, conversation_id, content="hello", agent="scripted") for conversation_id in ids]
+        await asyncio.sleep(0.1)
+        await shutdown.drain(grace=0.05)
+        return [await handle.task for handle in handles]
+
+    assert run(drain_them()) == [Outcome.HANDED_OFF] * 6
+    shutdown.resume_taking_turns()
+    monkeypatch.setenv("AP_CHUNK_DELAY", "0.01")
+    taken = turn_store_resume(alice, ids[0])  # another process was first for this one
+
+    claims = [(row.pk, row.message_id) for row in TurnSupervision.objects.filter(pk__in=ids)]
+
+    async def take() -> list[Any]:
+        handles = await take_handed_off_many(claims)
+        return [(handle.conversation_id, await handle.task) for handle in handles]
+
+    with override_settings(AGENT_PERSISTENCE={**FAST, "SHUTDOWN_GRACE": 0.2, "REAPER_ENABLED": True}):
+        finished = run(take())
+    assert sorted(str(pk) for pk, _ in finished) == sorted(str(pk) for pk in ids[1:])
+    assert {outcome for _, outcome in finished} == {Outcome.COMPLETED}
+    for conversation_id in ids[1:]:
+        run_rows = Run.objects.filter(conversation_id=conversation_id).order_by("started_at")
+        assert [(r.status, (r.error or {}).get("code")) for r in run_rows] == [("aborted", "handed_off"), ("completed", None)]
+    row = TurnSupervision.objects.get(pk=ids[0])
+    assert (row.status, row.run_id, row.replica) == ("running", taken.run_id, "elsewhere")
+
+
+def turn_store_resume(scope: Any, conversation_id: uuid.UUID) -> Any:
+    from agent_persistence.stores import turn_store
+
+    return turn_store().resume(scope, conversation_id, replica="elsewhere")

@@ -23,6 +23,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 
 from ..conf import app_settings
 from ..exceptions import Busy, Conflict, ConversationNotOwned, ShuttingDown
@@ -512,8 +513,8 @@ async def take_handed_off_many(claims: list[tuple[uuid.UUID, uuid.UUID]]) -> lis
     runner does: through the queue, a worker that drains handed its turns to one that ran their tasks
     one after another (50 turns: 1.8 s for the median turn to stream again).
 
-    The claim runs on a small pool of its own (:data:`CLAIM_THREADS` threads, each with its own database
-    connection), not on the producer thread: the claims of a replica's hand-offs would queue behind
+    The claim runs on a small pool of its own (:data:`CLAIM_THREADS` threads, each with a database
+    connection while it claims), not on the producer thread: the claims of a replica's hand-offs would queue behind
     this process's own producers' writes, one round trip at a time.
     """
     from ..stores.twins import heal_connections
@@ -525,9 +526,14 @@ async def take_handed_off_many(claims: list[tuple[uuid.UUID, uuid.UUID]]) -> lis
 
     def claim(chunk: list[tuple[uuid.UUID, uuid.UUID]]) -> dict[uuid.UUID, TurnPlan | Exception]:
         heal_connections()
-        refuse_if_draining()
-        return turn_store().resume_many([{"conversation_id": pk, "message_id": message_id} for pk, message_id in chunk],
-                                        replica=replica_id() if here else claimant())
+        try:
+            refuse_if_draining()
+            return turn_store().resume_many([{"conversation_id": pk, "message_id": message_id} for pk, message_id in chunk],
+                                            replica=replica_id() if here else claimant())
+        finally:
+            # Claims come with deploys: a claim thread gives its connection back (to the pool, when there is one)
+            # instead of holding one open between them.
+            connections.close_all()
 
     # In as many calls as the pool has threads, side by side: one call for them all kept the first turn
     # waiting for the last one's claim and plan.
@@ -540,6 +546,10 @@ async def take_handed_off_many(claims: list[tuple[uuid.UUID, uuid.UUID]]) -> lis
             try:
                 results = await claimed
             except ShuttingDown:
+                continue
+            except Exception:  # noqa: BLE001 - the other calls' turns are launched all the same; a sweep takes these
+                logger.warning("Could not take over %d handed-off turn(s); a reaper's sweep takes them.",
+                               len(claims) // len(chunks), exc_info=True)
                 continue
             for plan in results.values():
                 if isinstance(plan, TurnPlan):  # the others were refused (Busy, Gone, NotFound): someone else's
