@@ -4,9 +4,10 @@ A producer stopped for a hand-off (:meth:`.producer.Producer._hand_off`) flushes
 saves its checkpoint and releases its turn as ``handed_off`` at epoch + 1, fenced. One at a time,
 a replica's thirty turns made three round trips each on the producer thread, and the last waited
 for ninety. :func:`hand_off_together` gathers the hand-offs that reach it within a few loop
-iterations (a drain stops its producers in one pass) and writes them in one call on the producer
-thread: the recordings (``put_many``), the checkpoints (``save_many``), then the releases
-(``TurnStore.hand_off_many``, each turn fenced in a savepoint of its own).
+iterations (a drain stops its producers in one pass) and writes them in one call, on a writer
+thread of its own: the recordings (``put_many``), the checkpoints (``save_many``), then the
+releases (``TurnStore.hand_off_many``). A producer's earlier writes still queued elsewhere are
+fenced by the release, as any write of an older epoch is.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import weakref
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from ..exceptions import Fenced, NotFound
 from ..stores import checkpoint_store, recording_store, turn_store
@@ -40,7 +42,10 @@ class _HandOffs:
         while self.waiting:
             taken, self.waiting = self.waiting, []
             try:
-                results = await sync_to_async(healed(write_hand_offs))(
+                # On a thread of its own: on the shared one the write queued behind the sync work of every socket
+                # the shutdown closed at the same moment (a release took 2 s in one run of 100 turns in five).
+                results = await sync_to_async(healed(write_hand_offs_and_close), thread_sensitive=False,
+                                              executor=_writer())(
                     [item[0] for item in taken], [item[1] for item in taken], [item[2] for item in taken]
                 )
             except BaseException as exc:  # noqa: BLE001 - every waiting producer sees the failure
@@ -72,7 +77,7 @@ async def hand_off_together(producer: Any) -> int | None:
     ``producer`` is a :class:`.producer.Producer` (its recording, checkpoint, plan, epoch and in_flight).
 
     The epoch the turn is released at; None when it was fenced or its conversation is gone (nothing
-    of it written then). The turns a drain stops at once are written in one call on the producer
+    of it written then). The turns a drain stops at once are written in one call on the writer
     thread: the recordings (``put_many``), the checkpoints (``save_many``), then the releases
     (``TurnStore.hand_off_many``, each fenced in a savepoint of its own), where one at a time made a
     process's thirty hand-offs wait ninety round trips for the last. A batch the database refuses
@@ -92,6 +97,27 @@ async def hand_off_together(producer: Any) -> int | None:
     if batch.writer is None or batch.writer.done():
         batch.writer = loop.create_task(batch.write_all(), name="agent_persistence.hand_offs")
     return await asyncio.shield(future)
+
+
+_writers: list[Any] = []
+
+
+def _writer() -> Any:
+    """The process's hand-off writer thread (made on first use: a process that never drains has none)."""
+    import concurrent.futures
+
+    if not _writers:
+        _writers.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent_persistence.hand_offs"))
+    return _writers[0]
+
+
+def write_hand_offs_and_close(records: list[dict[str, Any]], checkpoints: list[dict[str, Any]],
+                              releases: list[dict[str, Any]]) -> dict[uuid.UUID, int | None | BaseException]:
+    """:func:`write_hand_offs`, then the writer thread's connection given back (a drain is the end of the process)."""
+    try:
+        return write_hand_offs(records, checkpoints, releases)
+    finally:
+        connections.close_all()
 
 
 def write_hand_offs(records: list[dict[str, Any]], checkpoints: list[dict[str, Any]],
