@@ -64,6 +64,7 @@ from .rules.turns import (
     handed_off_event,
     idle_event,
     lost_event,
+    resume_each,
     running_event,
     unknown_agent,
 )
@@ -404,13 +405,7 @@ class TurnStore(twins_of(TurnStoreProtocol)):
             with transaction.atomic():
                 claimed = self._claim_all_handed_off(items, replica)
         except _NotAllAtOnce:
-            results: dict[uuid.UUID, TurnPlan | Exception] = {}
-            for pk, message_id in items:
-                try:
-                    results[pk] = self.resume(self.scope_of(pk), pk, message_id=message_id, replica=replica)
-                except (Busy, Gone, NotFound) as exc:
-                    results[pk] = exc
-            return results
+            return resume_each(self, items, replica)
         return {pk: self._plan(scope, pk, message_id=message_id, run_id=run_id, epoch=epoch, agent_name=agent_name,
                                resumed=True)
                 for pk, (scope, message_id, run_id, epoch, agent_name) in claimed.items()}

@@ -40,6 +40,7 @@ from ..rules.turns import (
     handed_off_event,
     idle_event,
     lost_event,
+    resume_each,
     running_event,
     unknown_agent,
 )
@@ -531,15 +532,7 @@ class MemoryTurnStore(twins_of(TurnStoreProtocol)):
                               resumed=bool(resumed))
 
     def resume_many(self, claims: list[dict[str, Any]], *, replica: str = "") -> dict[uuid.UUID, TurnPlan | Exception]:
-        items = clean_claims(claims)
-        replica = clean_replica(replica)
-        claimed: dict[uuid.UUID, TurnPlan | Exception] = {}
-        for pk, message_id in items:
-            try:
-                claimed[pk] = self.resume(self.scope_of(pk), pk, message_id=message_id, replica=replica)
-            except (Busy, Gone, NotFound) as exc:
-                claimed[pk] = exc
-        return claimed
+        return resume_each(self, clean_claims(claims), clean_replica(replica))
 
     def scope_of(self, conversation_id: Any) -> Scope:
         pk = lookup_id(conversation_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Collection
 
-from ...exceptions import Validation
+from ...exceptions import Busy, Gone, NotFound, Validation
 from ...models import Conversation
 from ...scope import Scope
 from ..protocols import Seal, TurnView
@@ -78,6 +78,18 @@ def clean_claims(claims: Any) -> list[tuple[uuid.UUID, uuid.UUID]]:
     if len({pk for pk, _ in items}) != len(items):
         raise Validation("A conversation appears twice in one batch of claims.")
     return items
+
+
+def resume_each(store: Any, items: list[tuple[uuid.UUID, uuid.UUID]], replica: str) -> dict[uuid.UUID, Any]:
+    """``store.resume`` of each ``(conversation id, message id)`` of ``items`` as its conversation's owner: each
+    turn's plan, or its refusal (Busy, Gone, NotFound), as ``resume_many`` answers."""
+    claimed: dict[uuid.UUID, Any] = {}
+    for pk, message_id in items:
+        try:
+            claimed[pk] = store.resume(store.scope_of(pk), pk, message_id=message_id, replica=replica)
+        except (Busy, Gone, NotFound) as exc:
+            claimed[pk] = exc
+    return claimed
 
 
 def handed_off_event(message_id: uuid.UUID, run_id: uuid.UUID, epoch: int, released_at: int,
