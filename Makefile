@@ -18,6 +18,12 @@ DJANGO ?=
 
 .PHONY: demo test test-fast test-postgres bench venv
 
+# The suite starts hundreds of Python processes (servers, manage.py, producers, workers). Where
+# PYTHONDONTWRITEBYTECODE is set, as on the CI machine, none of them writes .pyc files, so each one
+# compiled the checkout's modules again (about 15 % of an e2e test's CPU): compile them once first
+# (under a second; a few hundredths when nothing changed). .gitignore keeps __pycache__ out of git.
+COMPILE = $(BIN)/python -m compileall -q agent_persistence example_project tests
+
 # Binds 127.0.0.1:PORT as the server would (SO_REUSEADDR, so a recent demo's TIME_WAIT is fine).
 define PORT_IS_FREE
 import socket, sys
@@ -48,12 +54,15 @@ demo: venv
 	$(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
 
 test: venv
+	@$(COMPILE)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: venv
+	@$(COMPILE)
 	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
 
 test-postgres: venv
+	@$(COMPILE)
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv

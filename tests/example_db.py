@@ -4,8 +4,10 @@ Migrating the example project and creating its demo user costs two ``manage.py``
 of which imports every agent framework for the system checks (several seconds of CPU); the tests
 that serve the example project on the embedded default need that database, not the making of
 it (``make demo``'s own test, the fresh project and the erasure commands' test still run the
-commands). :func:`copy_example_db` copies a template made on first use, per settings module,
-into the ``AGENT_PERSISTENCE_VAR_DIR`` a test gives.
+commands, and ``tests/test_checks.py`` the checks). :func:`copy_example_db` copies a template made
+on first use, per settings module, into the ``AGENT_PERSISTENCE_VAR_DIR`` a test gives; its two
+commands skip the system checks (about 3 s of CPU each, the agent frameworks' imports), which the
+tests that serve the template are not about.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _template(settings_module: str, extra_env: dict[str, str]) -> Path:
             folder = Path(tempfile.mkdtemp(prefix="ap-example-db-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
             env = example_env(folder, settings_module, **extra_env)
-            for command in (["migrate", "-v0"], ["demo_user"]):
+            for command in (["migrate", "-v0", "--skip-checks"], ["demo_user", "--skip-checks"]):
                 subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, capture_output=True)
             # The commands have exited: SQLite checkpointed the WAL into the database file.
             assert not (folder / f"{DATABASE}-wal").exists() or (folder / f"{DATABASE}-wal").stat().st_size == 0

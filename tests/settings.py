@@ -71,6 +71,11 @@ else:
 if os.environ.get("AP_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["AP_TEST_DB_NAME"]
 
+# A server process on PostgreSQL with Django's psycopg pool: AP_DB_POOL = "min,max,timeout" (OPTIONS["pool"]).
+if os.environ.get("AP_DB_POOL") and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    min_size, max_size, timeout = (float(part) for part in os.environ["AP_DB_POOL"].split(","))
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": int(min_size), "max_size": int(max_size), "timeout": timeout}
+
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 STORAGES = {
