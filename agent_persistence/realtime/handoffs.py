@@ -128,7 +128,7 @@ async def claim_handed_off_turns() -> None:
         keeper.cancel()
         try:  # so the others stop counting on this one at once, not after PRESENCE_TTL
             await asyncio.wait_for(layer.group_send(HANDOFFS_GROUP, presence(me, listening=False)), RETRY_INTERVAL)
-        except BaseException:  # noqa: BLE001 - best effort: the others' backups claim its turns meanwhile
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - best effort: the others' backups claim its turns
             pass
 
 
