@@ -48,6 +48,8 @@ REJOIN_INTERVAL = 5.0
 PRESENCE_TTL = 3 * REJOIN_INTERVAL
 #: Seconds a listener waits before it claims a turn another listener is the claimant of.
 BACKUP_DELAY = 1.0
+#: The longest origin a presence message may name (a process's is about 40 characters); longer ones are ignored.
+MAX_ORIGIN_LENGTH = 200
 
 
 class Listeners:
@@ -61,13 +63,21 @@ class Listeners:
         """Take note of a presence message (True), or say it is none (False)."""
         if not isinstance(message, dict) or message.get("presence") not in ("listening", "leaving"):
             return False
+        # Those not heard within PRESENCE_TTL go: a replaced process never comes back under its origin.
+        for gone in [speaker for speaker, (at, _drives) in self.heard_at.items() if now - at > PRESENCE_TTL]:
+            del self.heard_at[gone]
         speaker = message.get("origin")
-        if isinstance(speaker, str) and speaker:
+        if isinstance(speaker, str) and 0 < len(speaker) <= MAX_ORIGIN_LENGTH:
             if message["presence"] == "listening":
                 self.heard_at[speaker] = (now, message.get("drives") is not False)
             else:
-                self.heard_at.pop(speaker, None)
+                self.forget(speaker)
         return True
+
+    def forget(self, speaker: Any) -> None:
+        """``speaker`` claims nothing any more (it left, or it announced hand-offs: it drains)."""
+        if isinstance(speaker, str):
+            self.heard_at.pop(speaker, None)
 
     def claimant(self, turn: str, announcer: Any, now: float) -> str:
         """The listener that claims ``turn`` first: of those heard within :data:`PRESENCE_TTL`, this one
@@ -113,7 +123,7 @@ async def claim_handed_off_turns() -> None:
                 continue
             # A draining process announces the hand-offs of one flush in one message (``handoffs``). It claims
             # nothing from now on: it is no claimant, even if its "leaving" is lost or comes later.
-            listeners.heard_at.pop(message.get("origin") if isinstance(message, dict) else None, None)
+            listeners.forget(message.get("origin") if isinstance(message, dict) else None)
             # This process's share of the announcement is claimed at once in one call, the rest (backups) later.
             shares: dict[float, list[tuple[uuid.UUID, uuid.UUID]]] = {}
             for announced in announcements(message):

@@ -87,7 +87,7 @@ def test_what_is_no_presence_message_is_left_to_the_announcements(message: Any) 
     assert listeners.heard_at == {}
 
 
-@pytest.mark.parametrize("speaker", [None, "", 42, ["b"]])
+@pytest.mark.parametrize("speaker", [None, "", 42, ["b"], "x" * 201])
 def test_a_presence_message_without_a_readable_origin_is_taken_and_ignored(speaker: Any) -> None:
     listeners = Listeners("a:1")
     assert listeners.hear({"type": "update", "origin": speaker, "presence": "listening"}, 1.0)
@@ -110,3 +110,14 @@ def test_the_listeners_that_drive_turns_are_the_claimants_and_the_others_back_th
     assert alone.hear(presence("web:4", drives=False), 100.0)
     assert {alone.claimant(str(turn), "worker-a:2", 101.0) for turn in turns} == {"web:1", "web:4"}
     assert presence("x:1")["drives"] is True and presence("x:1", drives=False)["drives"] is False
+
+
+def test_listeners_not_heard_within_the_ttl_are_forgotten_not_kept_for_ever() -> None:
+    """Every restart brings a new origin: the old ones go once PRESENCE_TTL has passed, at the next message."""
+    listeners = heard(Listeners("a:1"), *[f"old-{number}:{number}" for number in range(50)])
+    assert len(listeners.heard_at) == 50
+    assert listeners.hear(presence("b:2"), 100.0 + PRESENCE_TTL + 1)
+    assert set(listeners.heard_at) == {"b:2"}
+    listeners.forget("b:2")
+    listeners.forget(None)
+    assert listeners.heard_at == {}
