@@ -535,23 +535,23 @@ async def take_handed_off_many(claims: list[tuple[uuid.UUID, uuid.UUID]]) -> lis
             # instead of holding one open between them.
             connections.close_all()
 
+    async def claim_chunk(chunk: list[tuple[uuid.UUID, uuid.UUID]]) -> dict[uuid.UUID, TurnPlan | Exception]:
+        try:
+            return await sync_to_async(claim, thread_sensitive=False, executor=_claim_pool())(chunk)
+        except ShuttingDown:
+            return {}
+        except Exception:  # noqa: BLE001 - the other calls' turns are launched all the same; a sweep takes these
+            logger.warning("Could not take over %d handed-off turn(s); a reaper's sweep takes them.", len(chunk),
+                           exc_info=True)
+            return {}
+
     # In as many calls as the pool has threads, side by side: one call for them all kept the first turn
     # waiting for the last one's claim and plan.
     chunks = [claims[start::CLAIM_THREADS] for start in range(min(CLAIM_THREADS, len(claims)))]
     handles = []
     with claiming():
-        for claimed in asyncio.as_completed([
-            sync_to_async(claim, thread_sensitive=False, executor=_claim_pool())(chunk) for chunk in chunks
-        ]):
-            try:
-                results = await claimed
-            except ShuttingDown:
-                continue
-            except Exception:  # noqa: BLE001 - the other calls' turns are launched all the same; a sweep takes these
-                logger.warning("Could not take over %d handed-off turn(s); a reaper's sweep takes them.",
-                               len(claims) // len(chunks), exc_info=True)
-                continue
-            for plan in results.values():
+        for claimed in asyncio.as_completed([claim_chunk(chunk) for chunk in chunks]):
+            for plan in (await claimed).values():
                 if isinstance(plan, TurnPlan):  # the others were refused (Busy, Gone, NotFound): someone else's
                     handles.append(launch_here(plan) if here else await enqueued(launch(plan)))
     return handles
